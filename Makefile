@@ -1,0 +1,48 @@
+# Interlock Runtime. `make prove` and `make test` bootstrap everything on a fresh machine:
+# a virtualenv in .venv, the project installed from PyPI, the project's own Postgres.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup test lint format prove tlc conformance bench report pg-start pg-stop pg-status clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[all]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+pg-start: setup
+	$(BIN)/interlock pg start
+
+pg-stop: setup
+	$(BIN)/interlock pg stop
+
+pg-status: setup
+	$(BIN)/interlock pg status
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: setup pg-start lint
+	$(BIN)/python -m pytest
+
+prove: setup pg-start
+	$(BIN)/python -m prove
+
+clean:
+	-$(BIN)/interlock pg stop
+	rm -rf .data $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# `make tlc` and `make tlc-quick` (the model checker) live beside the models.
+-include models/tlc.mk
