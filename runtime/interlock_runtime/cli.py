@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--json", action="store_true", help="status as JSON")
     pg.set_defaults(func=_pg)
 
-    worker = sub.add_parser("worker", help="run a worker (same flags as python -m interlock_runtime.worker)")
+    worker = sub.add_parser(
+        "worker", help="run a worker (same flags as python -m interlock_runtime.worker)"
+    )
     worker.add_argument("rest", nargs=argparse.REMAINDER)
     worker.set_defaults(func=lambda a: _worker(a.rest))
     return parser

@@ -243,7 +243,9 @@ def stop() -> str:
 def restart_immediate() -> str:
     """A real crash: `pg_ctl stop -m immediate` (no checkpoint, WAL replay on start), then start."""
     if external_dsn():
-        raise PostgresError("ILR_DSN is set: restart-immediate only works on the project's own cluster")
+        raise PostgresError(
+            "ILR_DSN is set: restart-immediate only works on the project's own cluster"
+        )
     lay = layout()
     if is_running(lay):
         _run(lay, ["pg_ctl", "stop", "-D", lay.data_dir, "-m", "immediate", "-w", "-t", "60"])

@@ -1,0 +1,115 @@
+"""Postgres access: connections, the schema, named queries, the fence, the database clock.
+
+All connections are autocommit; a transaction is always an explicit `with conn.transaction()`
+block, so nothing is ever left open by accident.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from .errors import Fenced
+
+SCHEMA_LOCK = 0x1C0C7A11  # advisory lock key: one schema application at a time
+
+
+def _sql_text(name: str) -> str:
+    return resources.files(__package__).joinpath("sql", name).read_text()
+
+
+@cache
+def _queries() -> dict[str, str]:
+    text = _sql_text("queries.sql")
+    parts = re.split(r"^-- name: (\w+)\s*$", text, flags=re.M)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def query(name: str) -> str:
+    """The SQL of a named query in sql/queries.sql."""
+    try:
+        return _queries()[name]
+    except KeyError:
+        raise KeyError(f"no query named {name!r} in sql/queries.sql") from None
+
+
+def connect(dsn: str, **kwargs: Any) -> psycopg.Connection:
+    """An autocommit connection returning rows as dicts."""
+    return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10, **kwargs)
+
+
+def schema_sha256() -> str:
+    return hashlib.sha256(_sql_text("schema.sql").encode()).hexdigest()
+
+
+def apply_schema(conn: psycopg.Connection, force: bool = False) -> bool:
+    """Apply schema.sql unless this exact schema is already applied. Returns True if applied.
+
+    Every statement in it is idempotent; the recorded hash only spares workers the locks that
+    `create or replace trigger` takes on every start.
+    """
+    sha = schema_sha256()
+    with conn.transaction():
+        conn.execute("select pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        if not force and _applied_sha(conn) == sha:
+            return False
+        conn.execute(_sql_text("schema.sql"))
+        conn.execute(
+            "create table if not exists ilr.schema_meta "
+            "(id int primary key check (id = 1), sha256 text not null, applied_at timestamptz not null)"
+        )
+        conn.execute(
+            "insert into ilr.schema_meta values (1, %s, now()) "
+            "on conflict (id) do update set sha256 = excluded.sha256, applied_at = now()",
+            (sha,),
+        )
+    return True
+
+
+def _applied_sha(conn: psycopg.Connection) -> str | None:
+    if conn.execute("select to_regclass('ilr.schema_meta') as t").fetchone()["t"] is None:
+        return None
+    row = conn.execute("select sha256 from ilr.schema_meta where id = 1").fetchone()
+    return row["sha256"] if row else None
+
+
+@contextmanager
+def fenced(conn: psycopg.Connection, wf: str, epoch: int, ttl: float) -> Iterator[dict]:
+    """One fenced worker write (spec 5.2): the fence UPDATE first, then the caller's statements.
+
+    Zero rows means the claim is gone: the transaction rolls back and Fenced is raised.
+    Yields the fence row: cancel_requested_at, now, lease_expires_at.
+    """
+    with conn.transaction():
+        row = conn.execute(query("fence"), {"wf": wf, "epoch": epoch, "ttl": ttl}).fetchone()
+        if row is None:
+            raise Fenced(f"workflow {wf}: epoch {epoch} no longer holds a live claim")
+        yield row
+
+
+def db_now(conn: psycopg.Connection) -> datetime:
+    return conn.execute(query("db_now")).fetchone()["now"]
+
+
+def jsonb(value: Any) -> Jsonb:
+    """Wrap a value for a jsonb parameter (None becomes JSON null, not SQL NULL)."""
+    return Jsonb(value)
+
+
+def to_json_text(value: Any, what: str) -> str:
+    """Canonical JSON or a clear error: JSON values only (no NaN, no objects we cannot read back)."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} is not JSON-serializable: {exc}") from None

@@ -1,0 +1,90 @@
+"""Every exception the runtime raises, in one place. Messages say what to do next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class InterlockError(Exception):
+    """Base class for errors a caller of the runtime can handle."""
+
+
+class InvalidInput(InterlockError, ValueError):
+    """A workflow input, signal or payload was refused before anything was written."""
+
+
+class UnknownWorkflow(InterlockError, LookupError):
+    """No deployment serves this workflow name (or version)."""
+
+
+class WorkflowNotFound(InterlockError, LookupError):
+    """No workflow has this id."""
+
+
+class WorkflowConflict(InterlockError):
+    """A workflow with this id already exists with a different name, version or input."""
+
+
+class WorkflowFailed(InterlockError):
+    """rt.result() on a workflow that ended failed, cancelled or stuck."""
+
+    def __init__(self, workflow_id: str, status: str, error: Any):
+        self.workflow_id, self.status, self.error = workflow_id, status, error
+        super().__init__(f"workflow {workflow_id!r} ended {status}: {error}")
+
+
+class CodeChanged(InterlockError):
+    """A worker offers different code for a (name, version) that is already deployed."""
+
+    def __init__(self, name: str, version: str, recorded: str, offered: str):
+        self.name, self.version, self.recorded, self.offered = name, version, recorded, offered
+        super().__init__(
+            f"workflow {name}@{version} is deployed with code sha256 {recorded}, but this worker "
+            f"has {offered}. Deploy the change as a new version (@workflow(version=...)), guard it "
+            "with ctx.patched(), or pass --allow-code-change if you know replay is unaffected."
+        )
+
+
+class StepFailed(InterlockError):
+    """A step's body raised and will not be retried; the error is recorded."""
+
+    def __init__(self, name: str, error: dict):
+        self.name, self.error = name, error
+        super().__init__(f"step {name!r} failed: {error.get('type')}: {error.get('message')}")
+
+
+class TargetRejected(InterlockError):
+    """A target refused an effect definitely (e.g. an HTTP 4xx): it did not happen."""
+
+    def __init__(self, reason: str, response: Any = None):
+        self.reason, self.response = reason, response
+        super().__init__(reason)
+
+
+# The exceptions below unwind workflow code. They derive from BaseException so that an
+# `except Exception:` in a workflow cannot swallow them; the context also remembers them
+# and raises them again at the next durable call if one is swallowed anyway.
+
+
+class Fenced(BaseException):
+    """This worker's claim is gone (epoch moved on or lease expired): abandon the run."""
+
+
+class Suspend(BaseException):
+    """The workflow cannot go on now (timer, signal, backoff); its row was released."""
+
+
+class Release(BaseException):
+    """The worker is stopping (SIGTERM): the current step finished, the run is handed back."""
+
+
+class NonDeterminism(BaseException):
+    """Replay found a different call at a recorded seq; nothing runs, the workflow is stuck."""
+
+    def __init__(self, seq: int, recorded: dict, called: dict):
+        self.seq, self.recorded, self.called = seq, recorded, called
+        super().__init__(f"non-determinism at seq {seq}: recorded {recorded}, called {called}")
+
+
+class Cancelled(BaseException):
+    """The workflow was cancelled; raised once, at the first durable call after the cancel."""

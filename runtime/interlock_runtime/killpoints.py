@@ -1,0 +1,63 @@
+"""Instrumented crash and pause points (spec 2.2).
+
+ILR_KILL_AT and ILR_STOP_AT hold a comma list of `name` or `name@n` (the nth hit). At a kill
+point the process SIGKILLs itself; at a stop point it SIGSTOPs itself and goes on after the
+harness sends SIGCONT. The signal is sent to the calling thread (pthread_kill), so it is taken
+before that thread returns to Python; a kill point also blocks the thread afterwards, since a
+signal to oneself is not synchronous in general (DESIGN B13).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections import Counter
+
+POINTS = (
+    "claimed",
+    "step_before_record",
+    "step_after_record",
+    "decide_after_response",
+    "effect_before_dispatch",
+    "effect_after_dispatch",
+    "effect_after_send",
+    "effect_after_commit",
+    "resolve_after_commit",
+    "resolve_after_send",
+    "wait_after_suspend",
+)
+
+
+def _parse(value: str) -> dict[str, int | None]:
+    plan: dict[str, int | None] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, _, nth = item.partition("@")
+        if name not in POINTS:
+            raise ValueError(f"unknown kill point {name!r}; known points: {', '.join(POINTS)}")
+        plan[name] = int(nth) if nth else None
+    return plan
+
+
+_kill = _parse(os.environ.get("ILR_KILL_AT", ""))
+_stop = _parse(os.environ.get("ILR_STOP_AT", ""))
+_hits: Counter[str] = Counter()
+_lock = threading.Lock()
+
+
+def _due(plan: dict[str, int | None], point: str, count: int) -> bool:
+    return point in plan and plan[point] in (None, count)
+
+
+def hit(point: str) -> None:
+    """Mark that execution reached `point`; kill or stop here if the environment asks."""
+    if not (_kill or _stop):
+        return
+    with _lock:
+        _hits[point] += 1
+        count = _hits[point]
+    if _due(_kill, point, count):
+        signal.pthread_kill(threading.get_ident(), signal.SIGKILL)
+        threading.Event().wait()  # never returns: the process is already dying
+    if _due(_stop, point, count):
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)

@@ -1,0 +1,380 @@
+"""The worker: claim loop, heartbeat, execution of claimed runs, and its CLI (spec 5.3, 6).
+
+One process claims due workflows for the (name, version) pairs it registered, runs each one
+from the top in a thread of its pool, renews every lease it holds with one heartbeat
+statement every lease_ttl/3, and wakes on LISTEN ilr_ready or every `poll` seconds.
+
+SIGTERM stops claiming; each running workflow finishes its current step, hands its row back
+(status pending, no lease) and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+
+from . import db, killpoints, local_postgres
+from .context import Run, WorkflowContext
+from .errors import (
+    Cancelled,
+    CodeChanged,
+    Fenced,
+    NonDeterminism,
+    Release,
+    Suspend,
+)
+from .runtime import register_deployment
+from .workflow import WorkflowDef, collect, definition
+
+log = logging.getLogger("interlock_runtime.worker")
+
+
+class Worker:
+    def __init__(
+        self,
+        dsn: str,
+        workflows: list[Any],
+        worker_id: str | None = None,
+        concurrency: int = 4,
+        lease_ttl: float = 30.0,
+        poll: float = 1.0,
+        allow_code_change: bool = False,
+    ):
+        if lease_ttl <= 0 or poll <= 0 or concurrency < 1:
+            raise ValueError("lease_ttl and poll must be > 0 and concurrency >= 1")
+        self.dsn = dsn
+        self.defs: dict[tuple[str, str], WorkflowDef] = {}
+        for wf in map(definition, workflows):
+            self.defs[(wf.name, wf.version)] = wf
+        if not self.defs:
+            raise ValueError("a worker needs at least one @workflow to serve")
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.concurrency = concurrency
+        self.lease_ttl = lease_ttl
+        self.poll = poll
+        self.allow_code_change = allow_code_change
+        self.stopping = threading.Event()
+        self._active: dict[str, Run] = {}
+        self._active_lock = threading.Lock()
+        self._slot_freed = threading.Event()
+        self._local = threading.local()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def register(self) -> None:
+        with db.connect(self.dsn) as conn:
+            db.apply_schema(conn)
+            with conn.transaction():
+                for wf in self.defs.values():
+                    register_deployment(conn, wf, self.allow_code_change)
+        emit(
+            "registered", worker=self.worker_id, workflows=sorted(w.key for w in self.defs.values())
+        )
+
+    def stop(self) -> None:
+        """Ask the worker to finish its current steps and exit (what SIGTERM does)."""
+        self.stopping.set()
+        self._slot_freed.set()
+
+    def run(self) -> None:
+        """Serve until stop() (or SIGTERM via install_signal_handlers)."""
+        self.register()
+        heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        heartbeat.start()
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="run") as pool:
+            listener = None
+            while not self.stopping.is_set():
+                try:
+                    if listener is None or listener.closed:
+                        listener = db.connect(self.dsn)
+                        listener.execute("listen ilr_ready")
+                    self._claim_and_wait(listener, pool)
+                except psycopg.OperationalError as exc:
+                    emit("db_unavailable", worker=self.worker_id, error=str(exc).strip())
+                    if listener is not None:
+                        listener.close()
+                    listener = None
+                    self.stopping.wait(self.poll)
+            if listener is not None:
+                listener.close()
+        emit("stopped", worker=self.worker_id)
+
+    def _claim_and_wait(self, listener: psycopg.Connection, pool: ThreadPoolExecutor) -> None:
+        free = self.concurrency - len(self._active)
+        if free <= 0:
+            self._slot_freed.wait(self.poll)
+            self._slot_freed.clear()
+            return
+        t0 = time.monotonic()  # read before the claim: the local deadline starts here (C1)
+        rows = self._claim(listener, free)
+        for row in rows:
+            run = Run(
+                workflow_id=row["id"],
+                name=row["name"],
+                version=row["version"],
+                input=row["input"],
+                epoch=row["epoch"],
+                waiting=row["waiting"],
+                takeovers=row["takeovers"],
+                cancel_requested_at=row["cancel_requested_at"],
+                lease_ttl=self.lease_ttl,
+                local_deadline=t0 + self.lease_ttl,
+            )
+            with self._active_lock:
+                self._active[run.workflow_id] = run
+            emit("claimed", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
+                 prev_status=row["prev_status"], takeovers=run.takeovers)  # fmt: skip
+            killpoints.hit("claimed")
+            pool.submit(self._execute, run)
+        if len(rows) == free:
+            return  # there may be more due work: claim again at once
+        # Wait for a wakeup (start, signal, ...) or the poll interval, whichever comes first.
+        for _ in listener.notifies(timeout=self.poll, stop_after=1):
+            pass
+
+    def _claim(self, conn: psycopg.Connection, limit: int) -> list[dict]:
+        names = [n for n, _ in self.defs]
+        versions = [v for _, v in self.defs]
+        params = {"names": names, "versions": versions, "limit": limit, "owner": self.worker_id,
+                  "ttl": self.lease_ttl}  # fmt: skip
+        return conn.execute(db.query("claim"), params).fetchall()
+
+    # -- heartbeat ----------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        conn = None
+        interval = self.lease_ttl / 3
+        while True:
+            time.sleep(interval)
+            with self._active_lock:
+                runs = list(self._active.values())
+            if not runs:
+                continue
+            try:
+                if conn is None or conn.closed:
+                    conn = db.connect(self.dsn)
+                t0 = time.monotonic()  # read before the renewing write (C1)
+                params = {"ids": [r.workflow_id for r in runs], "epochs": [r.epoch for r in runs],
+                          "ttl": self.lease_ttl}  # fmt: skip
+                alive = {row["id"] for row in conn.execute(db.query("heartbeat"), params)}
+            except psycopg.OperationalError as exc:
+                emit("heartbeat_failed", worker=self.worker_id, error=str(exc).strip())
+                if conn is not None:
+                    conn.close()
+                conn = None
+                continue
+            for run in runs:
+                if run.workflow_id in alive:
+                    run.renewed(t0)
+                else:
+                    run.fenced = True
+                    emit("fenced", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
+                         by="heartbeat")  # fmt: skip
+
+    # -- execution ------------------------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = self._local.conn = db.connect(self.dsn)
+        return conn
+
+    def _execute(self, run: Run) -> None:
+        try:
+            self._execute_run(run)
+        except psycopg.OperationalError as exc:
+            # The database went away mid-run. Nothing is lost: every recorded step is
+            # committed, the lease will expire, and a later claim replays from the top.
+            emit("abandoned", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
+                 reason="database unavailable", error=str(exc).strip())  # fmt: skip
+            conn = getattr(self._local, "conn", None)
+            if conn is not None:
+                conn.close()
+        except Exception:
+            log.exception("internal error running %s", run.workflow_id)
+        finally:
+            with self._active_lock:
+                self._active.pop(run.workflow_id, None)
+            self._slot_freed.set()
+
+    def _execute_run(self, run: Run) -> None:
+        conn = self._connection()
+        steps = conn.execute(db.query("load_steps"), {"wf": run.workflow_id}).fetchall()
+        ctx = WorkflowContext(run, conn, steps, self.worker_id, self.stopping)
+        wf = self.defs[(run.name, run.version)]
+        ids = {"worker": self.worker_id, "wf": run.workflow_id, "epoch": run.epoch}
+        try:
+            result = wf.fn(ctx, run.input)
+        except Suspend as exc:
+            emit("suspended", **ids, reason=str(exc))
+            return
+        except Fenced as exc:
+            emit("fenced", **ids, by="write", reason=str(exc))
+            return
+        except Release:
+            self._finish(ctx, "release")
+            emit("released", **ids)
+            return
+        except NonDeterminism as exc:
+            error = {"type": "NonDeterminism", "seq": exc.seq, "recorded": exc.recorded,
+                     "called": exc.called}  # fmt: skip
+            self._finish(ctx, "stuck", error=error)
+            emit("stuck", **ids, error=error)
+            return
+        except Cancelled:
+            self._finish(ctx, "cancelled", error={"type": "Cancelled"})
+            emit("cancelled", **ids)
+            return
+        except Exception as exc:
+            error = {"type": type(exc).__qualname__, "message": str(exc)}
+            self._finish(ctx, "failed", error=error)
+            emit("failed", **ids, error=error)
+            return
+        if ctx.unwinding is not None:
+            self._swallowed(ctx, ids)
+            return
+        try:
+            db.to_json_text(result, "the workflow's return value")
+        except TypeError as exc:
+            self._finish(ctx, "failed", error={"type": "TypeError", "message": str(exc)})
+            emit("failed", **ids, error=str(exc))
+            return
+        self._finish(ctx, "completed", result=result)
+        emit("completed", **ids)
+
+    def _swallowed(self, ctx: WorkflowContext, ids: dict) -> None:
+        """Workflow code caught one of the runtime's unwinding exceptions and returned."""
+        caught = ctx.unwinding
+        error = {"type": "SuspendSwallowed" if isinstance(caught, Suspend) else "UnwindSwallowed",
+                 "message": f"workflow code caught {type(caught).__name__} and returned; "
+                            "do not catch BaseException in workflow code"}  # fmt: skip
+        if isinstance(caught, Suspend):
+            # The suspend already released the row: guard by the unchanged epoch (B13).
+            ctx._conn.execute(db.query("mark_stuck_unfenced"),
+                              {"wf": ctx.workflow_id, "epoch": ctx.epoch, "error": db.jsonb(error)})  # fmt: skip
+        elif isinstance(caught, Fenced):
+            emit("fenced", **ids, by="write", reason=str(caught))
+            return
+        else:
+            self._finish(ctx, "stuck", error=error)
+        emit("stuck", **ids, error=error)
+
+    def _finish(self, ctx: WorkflowContext, status: str, result: Any = None,
+                error: Any = None) -> None:  # fmt: skip
+        try:
+            with ctx._fenced_write() as conn:
+                if status == "release":
+                    conn.execute(db.query("release"), {"wf": ctx.workflow_id})
+                    conn.execute(db.query("notify_ready"), {"id": ctx.workflow_id})
+                else:
+                    params = {"wf": ctx.workflow_id, "status": status, "result": db.jsonb(result),
+                              "error": db.jsonb(error) if error is not None else None}  # fmt: skip
+                    conn.execute(db.query("finish"), params)
+        except Fenced as exc:
+            emit("fenced", worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, by="write",
+                 reason=str(exc))  # fmt: skip
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One structured event; the CLI prints these as JSON lines on stderr."""
+    log.info(event, extra={"event": event, "fields": fields})
+
+
+class JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        body = {
+            "ts": round(record.created, 6),
+            "event": getattr(record, "event", record.getMessage()),
+        }
+        body.update(getattr(record, "fields", {}))
+        body["pid"] = record.process
+        if record.exc_info:
+            body["exception"] = self.formatException(record.exc_info)
+        return json.dumps(body, default=str)
+
+
+# -- CLI ----------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="interlock worker", description="Run an Interlock worker.")
+    p.add_argument(
+        "--dsn", default=None, help="Postgres DSN (default: ILR_DSN or the local cluster)"
+    )
+    p.add_argument("--module", action="append", required=True,
+                   help="module defining @workflow functions (repeatable)")  # fmt: skip
+    p.add_argument("--id", dest="worker_id", default=None, help="worker id (default host-pid)")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--lease-ttl", type=float, default=30.0)
+    p.add_argument("--poll", type=float, default=1.0)
+    p.add_argument("--only", default=None, help="serve only these name@version pairs (comma list)")
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="accept a changed code hash for a deployed (name, version)")  # fmt: skip
+    return p.parse_args(argv)
+
+
+def select_workflows(modules: list[str], only: str | None) -> list[WorkflowDef]:
+    defs = collect(importlib.import_module(m) for m in modules)
+    if not only:
+        return defs
+    wanted = {item.strip() for item in only.split(",") if item.strip()}
+    unknown = wanted - {d.key for d in defs}
+    if unknown:
+        raise SystemExit(
+            f"interlock worker: --only names {', '.join(sorted(unknown))}, which the modules do "
+            f"not define; they define: {', '.join(d.key for d in defs) or 'nothing'}"
+        )
+    return [d for d in defs if d.key in wanted]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines())
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    sys.path.insert(0, os.getcwd())
+    defs = select_workflows(args.module, args.only)
+    if not defs:
+        print(f"interlock worker: no @workflow found in {', '.join(args.module)}", file=sys.stderr)
+        return 1
+    worker = Worker(
+        args.dsn or local_postgres.dsn(),
+        defs,
+        worker_id=args.worker_id,
+        concurrency=args.concurrency,
+        lease_ttl=args.lease_ttl,
+        poll=args.poll,
+        allow_code_change=args.allow_code_change,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    signal.signal(signal.SIGINT, lambda *_: worker.stop())
+    try:
+        worker.run()
+    except CodeChanged as exc:
+        print(f"interlock worker: {exc}", file=sys.stderr)
+        print(
+            f"  recorded sha256: {exc.recorded}\n  this worker:     {exc.offered}", file=sys.stderr
+        )
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The client refuses bad input before anything is written, and names what it knows."""
+
+from __future__ import annotations
+
+import math
+
+import psycopg
+import pytest
+from flows import echo, three_steps
+
+from interlock_runtime import (
+    InvalidInput,
+    Runtime,
+    UnknownWorkflow,
+    WorkflowConflict,
+    WorkflowNotFound,
+    workflow,
+)
+
+
+def _counts(conn: psycopg.Connection) -> tuple[int, int]:
+    row = conn.execute(
+        "select (select count(*) from ilr.workflows) as w, (select count(*) from ilr.deployments) as d"
+    ).fetchone()
+    return row["w"], row["d"]
+
+
+@pytest.mark.parametrize(
+    "bad", [{"when": object()}, {"x": math.nan}, {1j: 2}, b"bytes", {"s": {1, 2}}]
+)
+def test_non_json_input_is_refused_before_anything_is_written(dsn, conn, bad) -> None:
+    with Runtime(dsn) as rt:
+        before = _counts(conn)
+        with pytest.raises(InvalidInput, match="not JSON-serializable"):
+            rt.start(echo, "wf-1", bad)
+        assert _counts(conn) == before == (0, 0)
+
+
+@pytest.mark.parametrize("bad_id", ["", "a b", "x" * 201, "semi;colon", "quote'", None, 7])
+def test_bad_ids_are_refused(dsn, conn, bad_id) -> None:
+    with Runtime(dsn) as rt:
+        with pytest.raises(InvalidInput, match="not valid"):
+            rt.start(echo, bad_id, {})
+    assert _counts(conn) == (0, 0)
+
+
+def test_unknown_name_or_version_names_the_registered_ones(dsn, conn) -> None:
+    with Runtime(dsn) as rt:
+        rt.register(echo, three_steps)
+        with pytest.raises(UnknownWorkflow) as err:
+            rt.start("refund", "wf-1", {})
+        assert "echo@1" in str(err.value) and "three_steps@1" in str(err.value)
+        with pytest.raises(UnknownWorkflow, match="echo@9"):
+            rt.start("echo", "wf-1", {}, version="9")
+    assert _counts(conn)[0] == 0
+
+
+def test_start_is_idempotent_on_id_and_refuses_a_conflict(dsn) -> None:
+    with Runtime(dsn) as rt:
+        assert rt.start(echo, "wf-1", {"a": 1}) == "wf-1"
+        assert rt.start(echo, "wf-1", {"a": 1}) == "wf-1"
+        with pytest.raises(WorkflowConflict, match="different name, version or input"):
+            rt.start(echo, "wf-1", {"a": 2})
+        assert [w["id"] for w in rt.list()] == ["wf-1"]
+        assert rt.describe("wf-1")["status"] == "pending"
+        with pytest.raises(WorkflowNotFound):
+            rt.describe("nope")
+
+
+def test_start_by_name_uses_the_newest_version(dsn) -> None:
+    @workflow(name="versioned", version="1")
+    def v1(ctx, inp):
+        return 1
+
+    @workflow(name="versioned", version="2")
+    def v2(ctx, inp):
+        return 2
+
+    with Runtime(dsn) as rt:
+        rt.register(v1)
+        rt.register(v2)
+        rt.start("versioned", "wf-v", {})
+        assert rt.describe("wf-v")["version"] == "2"
+
+
+def test_workflow_decorator_rejects_bad_names() -> None:
+    with pytest.raises(ValueError, match="letters, digits"):
+        workflow(name="has space")(lambda ctx, inp: None)
