@@ -1,6 +1,7 @@
 """Instrumented crash and pause points (spec 2.2).
 
-ILR_KILL_AT and ILR_STOP_AT hold a comma list of `name` or `name@n` (the nth hit). At a kill
+ILR_KILL_AT and ILR_STOP_AT hold a comma list of `name` (the first hit in this process) or
+`name@n` (the nth hit). At a kill
 point the process SIGKILLs itself; at a stop point it SIGSTOPs itself and goes on after the
 harness sends SIGCONT. The signal is sent to the calling thread (pthread_kill), so it is taken
 before that thread returns to Python; a kill point also blocks the thread afterwards, since a
@@ -29,13 +30,13 @@ POINTS = (
 )
 
 
-def _parse(value: str) -> dict[str, int | None]:
-    plan: dict[str, int | None] = {}
+def _parse(value: str) -> dict[str, int]:
+    plan: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in value.split(","))):
         name, _, nth = item.partition("@")
         if name not in POINTS:
             raise ValueError(f"unknown kill point {name!r}; known points: {', '.join(POINTS)}")
-        plan[name] = int(nth) if nth else None
+        plan[name] = int(nth) if nth else 1
     return plan
 
 
@@ -45,8 +46,8 @@ _hits: Counter[str] = Counter()
 _lock = threading.Lock()
 
 
-def _due(plan: dict[str, int | None], point: str, count: int) -> bool:
-    return point in plan and plan[point] in (None, count)
+def _due(plan: dict[str, int], point: str, count: int) -> bool:
+    return plan.get(point) == count
 
 
 def hit(point: str) -> None:

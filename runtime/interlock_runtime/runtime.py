@@ -59,7 +59,7 @@ class Runtime:
 
     def _execute(self, sql: str, params: dict | None = None) -> psycopg.Cursor:
         with self._lock:
-            if self._conn.closed:
+            if self._conn.closed or self._conn.broken:  # e.g. after a server restart
                 self._conn = db.connect(self.dsn)
             return self._conn.execute(sql, params)
 
