@@ -12,7 +12,7 @@ rt.start(refund, "case-4471", {...})   # idempotent on the id
 Worker(dsn, [refund]).run()            # or: interlock worker --module my_flows
 """
 
-from .context import RetryPolicy, WorkflowContext
+from .context import Decision, RetryPolicy, WorkflowContext
 from .errors import (
     Cancelled,
     CodeChanged,
@@ -26,14 +26,25 @@ from .errors import (
     UnknownWorkflow,
     WorkflowConflict,
     WorkflowFailed,
+    WorkflowFinished,
     WorkflowNotFound,
 )
 from .runtime import Runtime
-from .worker import Worker
 from .workflow import workflow
+
+
+def __getattr__(name: str):
+    # Imported lazily so `python -m interlock_runtime.worker` does not import itself twice.
+    if name == "Worker":
+        from .worker import Worker
+
+        return Worker
+    raise AttributeError(f"module 'interlock_runtime' has no attribute {name!r}")
+
 
 __all__ = [
     "Cancelled",
+    "Decision",
     "CodeChanged",
     "Fenced",
     "InterlockError",
@@ -49,6 +60,7 @@ __all__ = [
     "WorkflowConflict",
     "WorkflowContext",
     "WorkflowFailed",
+    "WorkflowFinished",
     "WorkflowNotFound",
     "workflow",
 ]

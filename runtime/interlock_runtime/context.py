@@ -1,25 +1,42 @@
-"""The workflow context: replay from the top with the step cache (spec 5.1, 5.5).
+"""The workflow context: replay from the top with the step cache (spec 5.1, 5.5, 5.6, 5.8).
 
 A workflow is a plain function f(ctx, input). Each durable call takes the next seq. If a step
-row exists at that seq, its kind and name must match the call (else NonDeterminism) and the
-recorded output is returned, or the recorded error re-raised: nothing runs. With no row the
-call runs for real and is recorded in one fenced transaction.
+row exists at that seq, its kind and name (and fingerprint) must match the call, else
+NonDeterminism; the recorded output is returned (or the recorded error re-raised) and nothing
+runs. With no row the call is at the frontier: it runs for real and is recorded in one fenced
+transaction. A call that cannot finish now (timer not due, no signal, backoff) writes its
+waiting state and releases the row in one fenced transaction, then raises Suspend.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from . import db, killpoints
-from .errors import Fenced, NonDeterminism, Release, StepFailed, Suspend
+from .errors import (
+    Cancelled,
+    ContinuedAsNew,
+    Fenced,
+    InvalidInput,
+    NonDeterminism,
+    Release,
+    StepFailed,
+    Suspend,
+    WorkflowFailed,
+)
+from .workflow import definition
 
 
 @dataclass(frozen=True)
@@ -34,6 +51,10 @@ class RetryPolicy:
     max_interval: float | None = None
     max_attempts: int = 0
     non_retryable: tuple[type[BaseException] | str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.initial <= 0 or self.backoff < 1 or self.max_attempts < 0:
+            raise ValueError("RetryPolicy needs initial > 0, backoff >= 1 and max_attempts >= 0")
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
@@ -66,15 +87,27 @@ class Run:
     cancel_requested_at: Any
     lease_ttl: float
     # DESIGN B10 C1: t0 + lease_ttl, with t0 read before the claim and before every renewing
-    # write. Checked before every step body, so a stalled load can never start a body after
-    # the lease (as the database sees it) may have expired.
+    # write. Checked before every step body and model call, so a stalled load can never start
+    # a body after the lease (as the database sees it) may have expired.
     local_deadline: float
+    parent_id: str | None = None
+    claimed_now: datetime | None = None  # database time of the claim
     fenced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def renewed(self, t0: float) -> None:
         with self.lock:
             self.local_deadline = max(self.local_deadline, t0 + self.lease_ttl)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A recorded model decision: its output, the premises it was made on, and where it lives."""
+
+    output: Any
+    premises: Any
+    captured_at: str | None
+    ref: dict
 
 
 def _error_record(exc: BaseException, attempt: int) -> dict:
@@ -85,6 +118,24 @@ def _error_record(exc: BaseException, attempt: int) -> dict:
         "attempt": attempt,
         "traceback": "".join(tb[-12:]),
     }
+
+
+def request_hash(request: Any) -> str:
+    return hashlib.sha256(db.to_json_text(request, "the decide request").encode()).hexdigest()
+
+
+def successor_id(wf_id: str) -> str:
+    """continue_as_new names the next run <id>#<n> (DESIGN B13)."""
+    m = re.match(r"^(.*)#(\d+)$", wf_id)
+    return f"{m.group(1)}#{int(m.group(2)) + 1}" if m else f"{wf_id}#1"
+
+
+def chain_root(wf_id: str) -> str:
+    return re.sub(r"#\d+$", "", wf_id)
+
+
+def _iso(ts: datetime) -> str:
+    return ts.isoformat()
 
 
 class WorkflowContext:
@@ -104,6 +155,7 @@ class WorkflowContext:
         self._seq = 0
         self._stopping = stopping or threading.Event()
         self._unwinding: BaseException | None = None  # re-raised if workflow code swallows it
+        self._cancel_delivered = False
         self.worker_id = worker_id
 
     # -- identity -------------------------------------------------------------------------
@@ -117,9 +169,22 @@ class WorkflowContext:
         return self._run.epoch
 
     @property
+    def input(self) -> Any:
+        return self._run.input
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._run.cancel_requested_at is not None
+
+    @property
     def unwinding(self) -> BaseException | None:
         """The Suspend/Fenced/Release/NonDeterminism that must end this run, if any."""
         return self._unwinding
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the next call has a recorded row (useful to silence duplicate logs)."""
+        return (self._seq + 1) in self._recorded
 
     # -- the replay cursor ----------------------------------------------------------------
 
@@ -142,8 +207,9 @@ class WorkflowContext:
                 self._raise(NonDeterminism(self._seq, recorded, called))
         return self._seq, row
 
-    def _ensure_live(self) -> None:
-        """Before anything runs for real: the claim must still be ours, locally and remotely."""
+    def _frontier(self) -> None:
+        """Before a call runs for real: the claim must still be ours, locally and remotely,
+        and a pending cancel is delivered (once) here."""
         run = self._run
         if run.fenced:
             self._raise(Fenced(f"{run.workflow_id}: heartbeat found epoch {run.epoch} fenced"))
@@ -153,13 +219,29 @@ class WorkflowContext:
             )
         if self._stopping.is_set():
             self._raise(Release(f"{run.workflow_id}: worker stopping"))
+        if run.cancel_requested_at is not None and not self._cancel_delivered:
+            self._cancel_delivered = True
+            raise Cancelled(f"{run.workflow_id} was cancelled")
 
-    def _fenced_write(self) -> Any:
-        """A fenced transaction that also renews the local deadline when it commits."""
-        return _FencedWrite(self)
+    @contextmanager
+    def _fenced_write(self) -> Iterator[dict]:
+        """A fenced transaction (db.fenced) that renews the local deadline when it commits.
 
-    def _record(self, seq: int, kind: str, name: str, output: Any = None, error: Any = None,
-                fingerprint: str | None = None) -> None:  # fmt: skip
+        Yields the fence row (cancel_requested_at, now, lease_expires_at)."""
+        t0 = time.monotonic()
+        try:
+            with db.fenced(self._conn, self.workflow_id, self.epoch, self._run.lease_ttl) as fence:
+                yield fence
+        except Fenced as exc:
+            self._unwinding = exc
+            raise
+        self._run.renewed(t0)
+        if fence["cancel_requested_at"] is not None:
+            self._run.cancel_requested_at = fence["cancel_requested_at"]
+
+    def _insert_step(self, seq: int, kind: str, name: str, output: Any = None,
+                     error: Any = None, fingerprint: str | None = None) -> None:  # fmt: skip
+        """Insert a step row inside an open fenced transaction."""
         params = {
             "wf": self.workflow_id,
             "seq": seq,
@@ -170,12 +252,18 @@ class WorkflowContext:
             "error": db.jsonb(error) if error is not None else None,
             "epoch": self.epoch,
         }
-        with self._fenced_write() as conn:
-            conn.execute(db.query("insert_step"), params)
-        self._recorded[seq] = {"seq": seq, "kind": kind, "name": name, "fingerprint": fingerprint,
-                               "output": params["output"], "error": error}  # fmt: skip
+        self._conn.execute(db.query("insert_step"), params)
 
-    # -- durable calls ----------------------------------------------------------------------
+    def _record(self, seq: int, kind: str, name: str, output: Any = None, error: Any = None,
+                fingerprint: str | None = None) -> None:  # fmt: skip
+        with self._fenced_write():
+            self._insert_step(seq, kind, name, output, error, fingerprint)
+
+    def _waiting_for(self, seq: int, kind: str) -> dict:
+        waiting = self._run.waiting or {}
+        return waiting if waiting.get("seq") == seq and waiting.get("kind") == kind else {}
+
+    # -- steps ------------------------------------------------------------------------------
 
     def step(self, name: str, fn: Callable[..., Any], *args: Any, retry: RetryPolicy | None = None,
              **kwargs: Any) -> Any:  # fmt: skip
@@ -195,8 +283,16 @@ class WorkflowContext:
             if row["error"] is not None:
                 raise StepFailed(name, row["error"])
             return row["output"]
+        self._frontier()
+        return self._run_body(seq, "step", name, lambda: fn(*args, **kwargs), retry)
 
+    def _run_body(self, seq: int, kind: str, name: str, body: Callable[[], Any],
+                  retry: RetryPolicy | None, fingerprint: str | None = None,
+                  shape: Callable[[Any], Any] = lambda out: out,
+                  after_body: str = "step_before_record") -> Any:  # fmt: skip
+        """Run a body with the retry policy and record its (shaped) output or its failure."""
         policy = retry or RetryPolicy()
+        self._hold_until_backoff_due(seq)
         attempt = self._attempt(seq)
         if policy.max_attempts and attempt > policy.max_attempts:
             error = {
@@ -204,66 +300,220 @@ class WorkflowContext:
                 "message": f"{attempt - 1} attempts used (worker crashes count as attempts)",
                 "attempt": attempt,
             }
-            self._record(seq, "step", name, error=error)
+            self._record(seq, kind, name, error=error, fingerprint=fingerprint)
             raise StepFailed(name, error)
-
-        self._ensure_live()
         try:
-            output = fn(*args, **kwargs)
+            output = body()
         except Exception as exc:  # the body failed: retry later, or record the failure
             if policy.retries(exc, attempt):
                 self._suspend_for_retry(seq, name, attempt, policy.delay(attempt))
-            self._fail_step(seq, name, exc, attempt)
+            self._fail(seq, kind, name, exc, attempt, fingerprint)
         try:
-            text = db.to_json_text(output, f"the result of step {name!r}")
-        except TypeError as exc:  # a bug in the step, not a transient failure: no retry
-            self._fail_step(seq, name, exc, attempt)
-        killpoints.hit("step_before_record")
-        output = json.loads(text)
-        self._record(seq, "step", name, output=output)
-        killpoints.hit("step_after_record")
+            output = json.loads(db.to_json_text(shape(output), f"the result of {kind} {name!r}"))
+        except TypeError as exc:  # a bug in the body, not a transient failure: no retry
+            self._fail(seq, kind, name, exc, attempt, fingerprint)
+        killpoints.hit(after_body)
+        self._record(seq, kind, name, output=output, fingerprint=fingerprint)
+        if kind == "step":
+            killpoints.hit("step_after_record")
         return output
 
-    def _fail_step(self, seq: int, name: str, exc: Exception, attempt: int) -> None:
+    def _fail(self, seq: int, kind: str, name: str, exc: Exception, attempt: int,
+              fingerprint: str | None) -> None:  # fmt: skip
         error = _error_record(exc, attempt)
-        self._record(seq, "step", name, error=error)
+        self._record(seq, kind, name, error=error, fingerprint=fingerprint)
         raise StepFailed(name, error) from exc
 
     def _attempt(self, seq: int) -> int:
         """Spec B4: attempt = waiting.attempt + takeovers, so a crash loop spends retries."""
-        waiting = self._run.waiting or {}
-        base = waiting.get("attempt", 1) if waiting.get("seq") == seq else 1
-        return base + self._run.takeovers
+        return self._waiting_for(seq, "retry").get("attempt", 1) + self._run.takeovers
+
+    def _hold_until_backoff_due(self, seq: int) -> None:
+        """A signal may wake a workflow early; its retry backoff still holds (DESIGN B13)."""
+        until = self._waiting_for(seq, "retry").get("until")
+        if (
+            until
+            and self._run.claimed_now
+            and self._run.claimed_now < datetime.fromisoformat(until)
+        ):
+            with self._fenced_write():
+                self._conn.execute(db.query("suspend_until"),
+                                   {"wf": self.workflow_id, "status": "pending",
+                                    "waiting": db.jsonb(self._run.waiting), "until": until})  # fmt: skip
+            self._raise(Suspend(f"{self.workflow_id}: backoff of seq {seq} not due until {until}"))
 
     def _suspend_for_retry(self, seq: int, name: str, attempt: int, delay: float) -> None:
-        waiting = {"seq": seq, "kind": "retry", "name": name, "attempt": attempt + 1}
-        with self._fenced_write() as conn:
-            conn.execute(
-                db.query("suspend_retry"),
-                {"wf": self.workflow_id, "waiting": db.jsonb(waiting), "delay": delay},
-            )
+        with self._fenced_write() as fence:
+            until = fence["now"] + timedelta(seconds=delay)
+            waiting = {"seq": seq, "kind": "retry", "name": name, "attempt": attempt + 1,
+                       "until": _iso(until)}  # fmt: skip
+            self._conn.execute(db.query("suspend_until"),
+                               {"wf": self.workflow_id, "status": "pending",
+                                "waiting": db.jsonb(waiting), "until": until})  # fmt: skip
         self._raise(Suspend(f"{self.workflow_id}: step {name!r} retry {attempt + 1} in {delay}s"))
 
+    # -- decisions --------------------------------------------------------------------------
 
-class _FencedWrite:
-    """Context manager: db.fenced plus the local-deadline renewal (t0 read before the write)."""
+    def decide(self, name: str, call: Callable[[Any], Any], request: Any,
+               premises: Callable[[], Any] | None = None,
+               retry: RetryPolicy | None = None) -> Decision:  # fmt: skip
+        """Ask a model once and record the answer first-writer-wins, with the premises it saw.
 
-    def __init__(self, ctx: WorkflowContext):
-        self._ctx = ctx
+        Each model call is logged in ilr.llm_calls before it is made, so calls whose answers
+        were discarded by a crash can be counted (llm_calls minus decide rows)."""
+        rhash = request_hash(request)
+        seq, row = self._next("decide", name, rhash)
+        if row is None:
+            self._frontier()
+            captured = premises() if premises else None
+            captured_at = _iso(db.db_now(self._conn))
 
-    def __enter__(self) -> psycopg.Connection:
-        ctx = self._ctx
-        self._t0 = time.monotonic()
-        self._cm = db.fenced(ctx._conn, ctx.workflow_id, ctx.epoch, ctx._run.lease_ttl)
-        try:
-            self._fence = self._cm.__enter__()
-        except Fenced as exc:
-            ctx._unwinding = exc
-            raise
-        return ctx._conn
+            def ask() -> Any:
+                self._frontier_live_only()
+                self._conn.execute(db.query("log_llm_call"), {"wf": self.workflow_id, "seq": seq,
+                                   "epoch": self.epoch, "request_hash": rhash})  # fmt: skip
+                return call(request)
 
-    def __exit__(self, *exc_info: Any) -> bool:
-        suppressed = self._cm.__exit__(*exc_info)
-        if exc_info[0] is None:
-            self._ctx._run.renewed(self._t0)
-        return bool(suppressed)
+            def shape(response: Any) -> dict:
+                meta = response if isinstance(response, dict) else {}
+                return {"request_hash": rhash, "response": response, "model": meta.get("model"),
+                        "usage": meta.get("usage"), "premises": captured,
+                        "captured_at": captured_at}  # fmt: skip
+
+            output = self._run_body(seq, "decide", name, ask, retry, fingerprint=rhash,
+                                    shape=shape, after_body="decide_after_response")  # fmt: skip
+        elif row["error"] is not None:
+            raise StepFailed(name, row["error"])
+        else:
+            output = row["output"]
+        ref = {"workflow_id": self.workflow_id, "seq": seq, "request_hash": rhash}
+        return Decision(output["response"], output["premises"], output["captured_at"], ref)
+
+    def _frontier_live_only(self) -> None:
+        run = self._run
+        if run.fenced or time.monotonic() >= run.local_deadline:
+            self._raise(Fenced(f"{run.workflow_id}: claim lost before the model call"))
+
+    # -- timers and signals -----------------------------------------------------------------
+
+    def sleep(self, seconds: float, name: str = "sleep") -> None:
+        """A durable timer: the step is recorded only at database time >= the recorded until."""
+        seq, row = self._next("sleep", name)
+        if row is not None:
+            return
+        self._frontier()
+        self._wait(seq, "sleep", name, lambda now: now + timedelta(seconds=seconds), None)
+
+    def wait_signal(self, name: str, timeout: float | None = None) -> Any:
+        """The next unconsumed signal `name` (its payload), or None after `timeout` seconds."""
+        seq, row = self._next("signal", name)
+        if row is not None:
+            return row["output"]
+        self._frontier()
+        until = None if timeout is None else (lambda now: now + timedelta(seconds=timeout))
+        return self._wait(seq, "signal", name, until, name)
+
+    def _wait(self, seq: int, kind: str, name: str, first_until: Callable[[datetime], datetime] | None,
+              signal: str | None) -> Any:  # fmt: skip
+        """The one-transaction suspend (spec 5.6). The fence locks the workflow row first, so a
+        concurrent signal either committed before (the mailbox check sees it) or waits for this
+        commit and then wakes the row: no wakeup is lost."""
+        waiting = self._waiting_for(seq, kind)
+        with self._fenced_write() as fence:
+            now = fence["now"]
+            if signal is not None:
+                found = self._conn.execute(db.query("take_signal"),
+                                           {"wf": self.workflow_id, "name": signal,
+                                            "seq": seq}).fetchone()  # fmt: skip
+                if found is not None:
+                    self._insert_step(seq, kind, name, output=found["payload"])
+                    return found["payload"]
+            if waiting.get("until"):
+                until = datetime.fromisoformat(waiting["until"])
+            else:
+                until = first_until(now) if first_until else None
+            if until is not None and now >= until:
+                self._insert_step(
+                    seq, kind, name, output={"until": _iso(until)} if kind == "sleep" else None
+                )
+                return None
+            state = {"seq": seq, "kind": kind, "name": name, "signal": signal,
+                     "until": _iso(until) if until else None}  # fmt: skip
+            self._conn.execute(db.query("suspend_until"),
+                               {"wf": self.workflow_id, "status": "sleeping",
+                                "waiting": db.jsonb(state), "until": until or "infinity"})  # fmt: skip
+        killpoints.hit("wait_after_suspend")
+        self._raise(
+            Suspend(f"{self.workflow_id}: waiting ({kind} {name}) until {until or 'a signal'}")
+        )
+
+    # -- versioning -------------------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """True on new code paths; False when replaying history recorded before the patch."""
+        if self._unwinding is not None:
+            raise self._unwinding
+        row = self._recorded.get(self._seq + 1)
+        if row is not None:
+            if row["kind"] == "patch" and row["name"] == patch_id:
+                self._seq += 1
+                return True
+            return False  # old history: no marker here, and the seq is not consumed
+        seq = self._seq = self._seq + 1
+        self._frontier()
+        self._record(seq, "patch", patch_id, output=True)
+        return True
+
+    # -- children and continue-as-new ----------------------------------------------------------
+
+    def child(self, workflow: Any, input: Any = None, child_id: str | None = None,
+              version: str | None = None) -> str:  # fmt: skip
+        """Start a child workflow (recorded once); returns its id, `<parent>/<seq>` by default."""
+        name, version = (workflow, version) if isinstance(workflow, str) else (
+            definition(workflow).name, version or definition(workflow).version)  # fmt: skip
+        seq, row = self._next("child", name)
+        if row is not None:
+            return row["output"]["id"]
+        self._frontier()
+        cid = child_id or f"{self.workflow_id}/{seq}"
+        text = db.to_json_text(input, f"the input of child {cid}")
+        with self._fenced_write():
+            version = version or _newest_version(self._conn, name)
+            self._conn.execute(db.query("insert_child"),
+                               {"id": cid, "name": name, "version": version,
+                                "input": db.jsonb(json.loads(text)), "parent": self.workflow_id})  # fmt: skip
+            self._insert_step(seq, "child", name, output={"id": cid, "version": version})
+            self._conn.execute(db.query("notify_ready"), {"id": cid})
+        return cid
+
+    def wait_child(self, child_id: str, timeout: float | None = None) -> Any:
+        """The child's result; raises WorkflowFailed if it failed, None on timeout."""
+        outcome = self.wait_signal(f"$done:{child_id}", timeout)
+        if outcome is None:
+            return None
+        if outcome["status"] != "completed":
+            raise WorkflowFailed(child_id, outcome["status"], outcome.get("error"))
+        return outcome["result"]
+
+    def continue_as_new(self, input: Any) -> None:
+        """End this run as `continued` and start its successor `<id>#<n>` in one transaction."""
+        self._next("continue", "continue_as_new")
+        self._frontier()
+        text = db.to_json_text(input, "the continue_as_new input")
+        new_id = successor_id(self.workflow_id)
+        with self._fenced_write():
+            self._conn.execute(db.query("insert_successor"),
+                               {"id": new_id, "from": self.workflow_id,
+                                "input": db.jsonb(json.loads(text))})  # fmt: skip
+            self._conn.execute(db.query("finish"),
+                               {"wf": self.workflow_id, "status": "continued",
+                                "result": db.jsonb({"continued_as": new_id}), "error": None})  # fmt: skip
+            self._conn.execute(db.query("notify_ready"), {"id": new_id})
+        self._raise(ContinuedAsNew(new_id))
+
+
+def _newest_version(conn: psycopg.Connection, name: str) -> str:
+    row = conn.execute(db.query("newest_version"), {"name": name}).fetchone()
+    if row is None:
+        raise InvalidInput(f"no deployment serves workflow {name!r}; register it before ctx.child")
+    return row["version"]

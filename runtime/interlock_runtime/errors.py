@@ -25,6 +25,10 @@ class WorkflowConflict(InterlockError):
     """A workflow with this id already exists with a different name, version or input."""
 
 
+class WorkflowFinished(InterlockError):
+    """A signal or cancel was sent to a workflow that has already ended; nothing was written."""
+
+
 class WorkflowFailed(InterlockError):
     """rt.result() on a workflow that ended failed, cancelled or stuck."""
 
@@ -88,3 +92,7 @@ class NonDeterminism(BaseException):
 
 class Cancelled(BaseException):
     """The workflow was cancelled; raised once, at the first durable call after the cancel."""
+
+
+class ContinuedAsNew(BaseException):
+    """This run ended as `continued`; its successor (the argument) is already started."""

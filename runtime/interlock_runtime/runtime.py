@@ -20,6 +20,7 @@ from .errors import (
     UnknownWorkflow,
     WorkflowConflict,
     WorkflowFailed,
+    WorkflowFinished,
     WorkflowNotFound,
 )
 from .workflow import WorkflowDef, definition
@@ -152,7 +153,9 @@ class Runtime:
         return self._execute(db.query("list_workflows"), params).fetchall()
 
     def result(self, wf_id: str, timeout: float | None = None, poll: float = 0.1) -> Any:
-        """Wait until the workflow ends; return its result or raise WorkflowFailed."""
+        """Wait until the workflow ends; return its result or raise WorkflowFailed.
+
+        A run that continued as new is followed to its successor, as Temporal does."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
@@ -160,6 +163,9 @@ class Runtime:
                 raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
             if row["status"] == "completed":
                 return row["result"]
+            if row["status"] == "continued":
+                wf_id = row["result"]["continued_as"]
+                continue
             if row["status"] in TERMINAL:
                 raise WorkflowFailed(wf_id, row["status"], row["error"])
             if deadline is not None and time.monotonic() >= deadline:
@@ -169,8 +175,91 @@ class Runtime:
                 )
             time.sleep(poll)
 
+    # -- signals, cancel, versions, fork ------------------------------------------------------
 
-def _input_text(value: Any) -> str:
+    def signal(self, wf_id: str, name: str, payload: Any = None, sender: str | None = None) -> int:
+        """Deliver a durable signal and wake the workflow (one transaction). Returns its id.
+
+        Refused with nothing written when the workflow does not exist or has ended."""
+        check_id(wf_id)
+        if not isinstance(name, str) or not name or name.startswith("$") or len(name) > 200:
+            raise InvalidInput(f"signal name {name!r}: use 1-200 characters not starting with $")
+        body = json.loads(_input_text({} if payload is None else payload, "signal payload"))
+        with self._lock, self._conn.transaction():
+            return signal_in(self._conn, wf_id, name, body, sender)
+
+    def cancel(self, wf_id: str, by: str | None = None) -> None:
+        """Request cancellation: the workflow sees Cancelled once, at its next durable call."""
+        check_id(wf_id)
+        with self._lock, self._conn.transaction():
+            cancel_in(self._conn, wf_id, by)
+
+    def migrate(self, wf_id: str, to_version: str) -> None:
+        """Move a pending or sleeping workflow to another deployed version of its name."""
+        row = self.describe(wf_id)
+        self._resolve_version(row["name"], to_version)
+        if (
+            self._execute(db.query("migrate"), {"id": wf_id, "version": to_version}).fetchone()
+            is None
+        ):
+            raise WorkflowConflict(
+                f"workflow {wf_id!r} is {self.describe(wf_id)['status']}; only pending or sleeping "
+                "workflows can migrate (wait until it suspends)"
+            )
+
+    def drain_report(self) -> list[dict]:
+        """Workflows counted by name, version and status: what a version still has to drain."""
+        return self._execute(db.query("drain_report")).fetchall()
+
+    def fork(self, wf_id: str, at_seq: int, new_id: str) -> str:
+        """A new workflow that reuses the recorded steps below at_seq and runs the rest.
+
+        Nothing is deleted; effects are keyed by request, so a fork never resends one."""
+        check_id(new_id)
+        if not isinstance(at_seq, int) or at_seq < 1:
+            raise InvalidInput(f"at_seq must be an integer >= 1, got {at_seq!r}")
+        with self._lock, self._conn.transaction():
+            params = {"id": wf_id, "new_id": new_id, "at_seq": at_seq}
+            try:
+                inserted = self._conn.execute(db.query("insert_fork"), params).rowcount
+            except psycopg.errors.UniqueViolation:
+                raise WorkflowConflict(f"workflow id {new_id!r} already exists") from None
+            if inserted == 0:
+                raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
+            self._conn.execute(db.query("copy_steps_for_fork"), params)
+            self._conn.execute(db.query("notify_ready"), {"id": new_id})
+        return new_id
+
+
+def _lock_live(conn: psycopg.Connection, wf_id: str, what: str) -> dict:
+    row = conn.execute(db.query("lock_workflow"), {"id": wf_id}).fetchone()
+    if row is None:
+        raise WorkflowNotFound(f"no workflow with id {wf_id!r}; nothing was {what}")
+    if row["status"] in TERMINAL:
+        raise WorkflowFinished(f"workflow {wf_id!r} is {row['status']}; nothing was {what}")
+    return row
+
+
+def signal_in(conn: psycopg.Connection, wf_id: str, name: str, payload: Any,
+              sender: str | None = None) -> int:  # fmt: skip
+    """The body of rt.signal, run inside the caller's transaction (race tests hold it open)."""
+    _lock_live(conn, wf_id, "signalled")
+    params = {"wf": wf_id, "name": name, "payload": db.jsonb(payload), "sender": sender}
+    signal_id = conn.execute(db.query("insert_signal"), params).fetchone()["id"]
+    conn.execute(db.query("wake"), {"id": wf_id})
+    conn.execute(db.query("notify_ready"), {"id": wf_id})
+    return signal_id
+
+
+def cancel_in(conn: psycopg.Connection, wf_id: str, by: str | None = None) -> None:
+    """The body of rt.cancel, run inside the caller's transaction."""
+    _lock_live(conn, wf_id, "cancelled")
+    conn.execute(db.query("request_cancel"), {"id": wf_id, "by": by})
+    conn.execute(db.query("wake"), {"id": wf_id})
+    conn.execute(db.query("notify_ready"), {"id": wf_id})
+
+
+def _input_text(value: Any, what: str = "workflow input") -> str:
     try:
         text = db.to_json_text(value, "workflow input")
     except TypeError as exc:

@@ -26,16 +26,17 @@ from typing import Any
 import psycopg
 
 from . import db, killpoints, local_postgres
-from .context import Run, WorkflowContext
+from .context import Run, WorkflowContext, chain_root
 from .errors import (
     Cancelled,
     CodeChanged,
+    ContinuedAsNew,
     Fenced,
     NonDeterminism,
     Release,
     Suspend,
 )
-from .runtime import register_deployment
+from .runtime import TERMINAL, register_deployment, signal_in
 from .workflow import WorkflowDef, collect, definition
 
 log = logging.getLogger("interlock_runtime.worker")
@@ -131,6 +132,8 @@ class Worker:
                 cancel_requested_at=row["cancel_requested_at"],
                 lease_ttl=self.lease_ttl,
                 local_deadline=t0 + self.lease_ttl,
+                parent_id=row["parent_id"],
+                claimed_now=row["claimed_now"],
             )
             with self._active_lock:
                 self._active[run.workflow_id] = run
@@ -168,16 +171,19 @@ class Worker:
                 t0 = time.monotonic()  # read before the renewing write (C1)
                 params = {"ids": [r.workflow_id for r in runs], "epochs": [r.epoch for r in runs],
                           "ttl": self.lease_ttl}  # fmt: skip
-                alive = {row["id"] for row in conn.execute(db.query("heartbeat"), params)}
+                rows = conn.execute(db.query("heartbeat"), params).fetchall()
             except psycopg.OperationalError as exc:
                 emit("heartbeat_failed", worker=self.worker_id, error=str(exc).strip())
                 if conn is not None:
                     conn.close()
                 conn = None
                 continue
+            alive = {row["id"]: row for row in rows}
             for run in runs:
                 if run.workflow_id in alive:
                     run.renewed(t0)
+                    if alive[run.workflow_id]["cancel_requested_at"] is not None:
+                        run.cancel_requested_at = alive[run.workflow_id]["cancel_requested_at"]
                 else:
                     run.fenced = True
                     emit("fenced", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
@@ -222,6 +228,9 @@ class Worker:
             return
         except Fenced as exc:
             emit("fenced", **ids, by="write", reason=str(exc))
+            return
+        except ContinuedAsNew as exc:
+            emit("continued", **ids, successor=exc.args[0])
             return
         except Release:
             self._finish(ctx, "release")
@@ -271,10 +280,20 @@ class Worker:
             self._finish(ctx, "stuck", error=error)
         emit("stuck", **ids, error=error)
 
+    def _tell_parent(self, ctx: WorkflowContext, status: str, result: Any, error: Any) -> None:
+        """The child's completion transaction signals `$done:<id>` to its parent (spec B8)."""
+        parent = ctx._run.parent_id
+        row = ctx._conn.execute(db.query("lock_workflow"), {"id": parent}).fetchone()
+        if row is None or row["status"] in TERMINAL:
+            return  # the parent ended first (cancelled, say): nobody waits
+        done = {"status": status, "result": result, "error": error}
+        signal_in(ctx._conn, parent, f"$done:{chain_root(ctx.workflow_id)}", done, ctx.workflow_id)
+
     def _finish(self, ctx: WorkflowContext, status: str, result: Any = None,
                 error: Any = None) -> None:  # fmt: skip
         try:
-            with ctx._fenced_write() as conn:
+            with ctx._fenced_write():
+                conn = ctx._conn
                 if status == "release":
                     conn.execute(db.query("release"), {"wf": ctx.workflow_id})
                     conn.execute(db.query("notify_ready"), {"id": ctx.workflow_id})
@@ -282,6 +301,8 @@ class Worker:
                     params = {"wf": ctx.workflow_id, "status": status, "result": db.jsonb(result),
                               "error": db.jsonb(error) if error is not None else None}  # fmt: skip
                     conn.execute(db.query("finish"), params)
+                    if ctx._run.parent_id:
+                        self._tell_parent(ctx, status, result, error)
         except Fenced as exc:
             emit("fenced", worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, by="write",
                  reason=str(exc))  # fmt: skip

@@ -40,7 +40,8 @@ claimed as (
     from due
    where w.id = due.id
   returning w.id, w.name, w.version, w.input, w.epoch, w.waiting, w.takeovers,
-            w.cancel_requested_at, due.prev_status, due.prev_lease_expires_at),
+            w.cancel_requested_at, w.parent_id, now() as claimed_now, due.prev_status,
+            due.prev_lease_expires_at),
 history as (
   insert into ilr.claims (workflow_id, epoch, owner, version, claimed_at, prev_status,
                           prev_lease_expires_at)
@@ -61,13 +62,65 @@ with step as (
 update ilr.workflows set takeovers = 0, waiting = null
  where id = (select workflow_id from step);
 
--- name: suspend_retry
--- A retryable step error with attempts left (spec B5): the row goes back to pending, due
--- after the backoff, and the claim is released in the same fenced transaction.
+-- name: suspend_until
+-- Release the claim and wait (spec 5.6, B5): status pending for a retry backoff, sleeping for
+-- a timer or a signal; available_at is when a worker may claim it again ('infinity' while
+-- waiting for a signal with no timeout). Runs inside the fenced transaction of the caller.
 update ilr.workflows
-   set status = 'pending', owner = null, lease_expires_at = null, waiting = %(waiting)s,
-       available_at = now() + make_interval(secs => %(delay)s), updated_at = now()
+   set status = %(status)s, owner = null, lease_expires_at = null, waiting = %(waiting)s,
+       available_at = %(until)s::timestamptz, takeovers = 0, updated_at = now()
  where id = %(wf)s;
+
+-- name: take_signal
+-- The mailbox check of the suspend transaction: consume the oldest unconsumed signal of this
+-- name, at most once (unique (workflow_id, consumed_seq)).
+update ilr.signals s
+   set consumed_seq = %(seq)s
+  from (select id from ilr.signals
+         where workflow_id = %(wf)s and name = %(name)s and consumed_seq is null
+         order by id limit 1 for update) oldest
+ where s.id = oldest.id
+returning s.id, s.payload;
+
+-- name: lock_workflow
+-- Signals, cancels and approvals lock the workflow row first (lock order: workflow, effect,
+-- grant), which serializes them against claims and fenced writes.
+select id, status, name, version from ilr.workflows where id = %(id)s for update;
+
+-- name: insert_signal
+insert into ilr.signals (workflow_id, name, payload, sender)
+values (%(wf)s, %(name)s, %(payload)s, %(sender)s)
+returning id;
+
+-- name: wake
+-- Wake a non-terminal workflow now (spec B6). Setting available_at on a running workflow is
+-- deliberate: its suspend transaction's mailbox check will see the new row.
+update ilr.workflows
+   set available_at = now(),
+       status = case when status = 'sleeping' then 'pending' else status end,
+       updated_at = now()
+ where id = %(id)s;
+
+-- name: request_cancel
+update ilr.workflows
+   set cancel_requested_at = coalesce(cancel_requested_at, now()),
+       cancel_requested_by = coalesce(cancel_requested_by, %(by)s)
+ where id = %(id)s
+returning cancel_requested_at;
+
+-- name: log_llm_call
+-- Autocommit, before the model call: a crash after the call leaves this row and no decide
+-- step, which is how discarded calls are counted.
+insert into ilr.llm_calls (workflow_id, seq, epoch, request_hash)
+values (%(wf)s, %(seq)s, %(epoch)s, %(request_hash)s);
+
+-- name: insert_child
+insert into ilr.workflows (id, name, version, input, parent_id)
+values (%(id)s, %(name)s, %(version)s, %(input)s, %(parent)s);
+
+-- name: insert_successor
+insert into ilr.workflows (id, name, version, input, parent_id, continued_from)
+select %(id)s, name, version, %(input)s, parent_id, id from ilr.workflows where id = %(from)s;
 
 -- name: finish
 -- A terminal outcome (completed, failed, cancelled, stuck) written under the fence.
@@ -122,9 +175,30 @@ returning id;
 
 -- name: get_workflow
 select id, name, version, input, status, epoch, owner, lease_expires_at, takeovers,
-       available_at, waiting, cancel_requested_at, result, error, parent_id, continued_from,
+       available_at, waiting, cancel_requested_at, cancel_requested_by, result, error, parent_id,
+       continued_from,
        forked_from, created_at, updated_at
   from ilr.workflows where id = %(id)s;
+
+-- name: migrate
+-- A workflow changes version only while no worker runs it.
+update ilr.workflows set version = %(version)s, updated_at = now()
+ where id = %(id)s and status in ('pending','sleeping')
+returning id;
+
+-- name: drain_report
+select name, version, status, count(*) as workflows
+  from ilr.workflows group by name, version, status order by name, version, status;
+
+-- name: insert_fork
+insert into ilr.workflows (id, name, version, input, forked_from)
+select %(new_id)s, name, version, input, id from ilr.workflows where id = %(id)s;
+
+-- name: copy_steps_for_fork
+-- The prefix below at_seq, copied as written (epoch 0: written by the fork, not by a claim).
+insert into ilr.steps (workflow_id, seq, name, kind, fingerprint, output, error, epoch)
+select %(new_id)s, seq, name, kind, fingerprint, output, error, 0
+  from ilr.steps where workflow_id = %(id)s and seq < %(at_seq)s;
 
 -- name: list_workflows
 select id, name, version, status, epoch, owner, available_at, created_at, updated_at

@@ -34,6 +34,7 @@ create table if not exists ilr.workflows (
   available_at timestamptz not null default now(),   -- 'infinity' while waiting with no timeout
   waiting jsonb,                            -- {seq, kind, until, signal, attempt}
   cancel_requested_at timestamptz,
+  cancel_requested_by text,
   result jsonb,
   error jsonb,
   parent_id text,
@@ -160,3 +161,6 @@ begin
 end $$;
 create or replace trigger effects_guard before update on ilr.effects
   for each row execute function ilr.effects_guard();
+
+-- Columns added after the first release of this file (kept idempotent for older databases).
+alter table ilr.workflows add column if not exists cancel_requested_by text;
