@@ -449,7 +449,8 @@ class FaultProxy:
     def _on_event(self, c: _Conn, side: str, mask: int) -> None:
         if side == "upstream" and c.connecting:
             if mask & selectors.EVENT_WRITE:
-                err = c.upstream.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
+                assert c.upstream is not None
+                err = c.upstream.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 if err:
                     self._stats["connect_failures"] += 1
                     self._abort(c)
@@ -586,7 +587,8 @@ class _ControlHandler(BaseHTTPRequestHandler):
                     f"{', '.join(MODES)}"
                 )
             params = {k: v for k, v in body.items() if k != "mode"}
-            status = self.server.proxy.set_mode(body.get("mode"), **params)  # type: ignore[attr-defined]
+            proxy: FaultProxy = self.server.proxy  # type: ignore[attr-defined]
+            status = proxy.set_mode(body.get("mode"), **params)
         except (ProxyError, json.JSONDecodeError, UnicodeDecodeError) as e:
             msg = str(e)
             if not isinstance(e, ProxyError):

@@ -1,4 +1,4 @@
-"""The fault proxy against real sockets: a tiny upstream started here, and Postgres if it answers."""
+"""The fault proxy over real sockets: a tiny upstream started here, and Postgres if it answers."""
 
 from __future__ import annotations
 

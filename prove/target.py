@@ -1,0 +1,593 @@
+"""The local payment target (spec 11.2, DESIGN B11): an HTTP server with a SQLite ledger.
+
+One process per run, its tier fixed at start:
+
+- tier 1 dedupes ``POST /refunds`` on the ``Idempotency-Key`` header with Stripe semantics: the
+  same key with the same params replays the stored refund (``replayed: true``); the same key with
+  different params is ``400 {"error": "key_reused"}``; a key whose first request is still being
+  processed is ``409 {"error": "idempotency_key_in_use"}``. Only successful results are stored.
+- tier 2 does not dedupe (every POST applies) but can be queried: ``GET /refunds?payment=&key=``.
+- tier 3 neither dedupes nor answers lookups (``GET /refunds`` is 404).
+
+A refund's ``key`` is its ``Idempotency-Key`` header, else ``metadata.key`` (how a client marks
+its refunds at tiers 2 and 3). A refund larger than ``paid - refunded_total`` is
+``400 {"error": "insufficient_funds"}``, a definite failure.
+
+Admin: ``POST /admin/payments {id, paid}``, ``POST /admin/hand_refund {payment, amount}`` (a
+refund made by a person, no key), ``POST /admin/prune_keys`` (EMULATED: forgets every stored
+idempotency key, standing in for Stripe's 24 h pruning), ``POST /admin/delay {ms}`` (service delay
+inside each ``POST /refunds``, after arrival and before the ledger write),
+``GET /admin/log[?since=ID&path=P&method=M]``, ``GET /admin/ledger``, ``GET /admin/config``.
+
+Access log: every request gets a row at arrival (``time.time()`` once the request line and
+headers are read), ``start`` when its body has been read and processing begins (the service delay
+runs after it), and ``end`` once the ledger write (or the refusal) is decided, just before the
+response is written. It records method, path, query, key, payload, status, response and the
+``X-ILR-Worker`` / ``X-ILR-Epoch`` headers. The ledger (``refunds`` table) is ground truth.
+
+CLI: ``python -m prove.target --tier N [--port 0] [--db PATH] [--delay-ms N]
+[--payment ID:PAID ...]`` prints one JSON line ``{"port", "url", "tier", "db"}`` and serves
+until SIGTERM or SIGINT. Binds loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import signal
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+EMULATED = {
+    "prune_keys": "EMULATED: POST /admin/prune_keys forgets stored idempotency keys at once, "
+    "standing in for Stripe pruning keys after 24 h",
+}
+
+_SCHEMA = """
+create table if not exists meta (name text primary key, value text not null);
+create table if not exists payments (
+  id text primary key, paid integer not null, created real not null);
+create table if not exists refunds (
+  seq integer primary key autoincrement,
+  id text unique not null,
+  payment text not null references payments(id),
+  amount integer not null,
+  metadata text not null,
+  key text,
+  source text not null,            -- 'api' or 'hand'
+  created real not null,
+  log_id integer);
+create index if not exists refunds_by_payment on refunds (payment, key);
+create table if not exists idem_keys (
+  key text primary key, params text not null, refund_id text not null, created real not null);
+create table if not exists access_log (
+  id integer primary key autoincrement,
+  arrival real not null, start real, "end" real,
+  method text not null, path text not null, query text, key text, payload text,
+  status integer, response text, worker text, epoch text);
+"""
+
+
+class _Reply(Exception):
+    """Raised inside a handler to answer with a status and a JSON body."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(status)
+        self.status, self.body = status, body
+
+
+def _bad(error: str, detail: str, status: int = 400) -> _Reply:
+    return _Reply(status, {"error": error, "detail": detail})
+
+
+def _require_loopback(host: str) -> None:
+    if host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host.strip("[]")).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise ValueError(f"the target binds loopback only, not {host!r}")
+
+
+def _canon(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def _int_amount(v: Any, what: str = "amount") -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise _bad("invalid_request", f"{what} must be a positive integer (cents), got {v!r}")
+    return v
+
+
+class Ledger:
+    """The SQLite ledger and access log. All access goes through one lock (one writer)."""
+
+    def __init__(self, path: str, tier: int) -> None:
+        self.path = path
+        self.tier = tier
+        self.lock = threading.Lock()
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("pragma journal_mode=wal")
+        self.db.execute("pragma synchronous=full")
+        self.db.executescript(_SCHEMA)
+        row = self.db.execute("select value from meta where name = 'tier'").fetchone()
+        if row is None:
+            self.db.execute("insert into meta values ('tier', ?)", (str(tier),))
+        elif int(row[0]) != tier:
+            raise ValueError(f"ledger {path} belongs to a tier {row[0]} target, not tier {tier}")
+        self.in_flight: set[str] = set()
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+    # -- access log
+
+    def log_arrival(
+        self, arrival: float, method: str, path: str, query: str, worker: Any, epoch: Any
+    ) -> int:
+        with self.lock:
+            cur = self.db.execute(
+                "insert into access_log (arrival, method, path, query, worker, epoch)"
+                " values (?, ?, ?, ?, ?, ?)",
+                (arrival, method, path, query or None, worker, epoch),
+            )
+            return int(cur.lastrowid)
+
+    def log_update(self, log_id: int, **cols: Any) -> None:
+        if not cols:
+            return
+        names = ", ".join(f'"{k}" = ?' for k in cols)
+        with self.lock:
+            self.db.execute(f"update access_log set {names} where id = ?", (*cols.values(), log_id))
+
+    def access_log(
+        self, since: int = 0, path: str | None = None, method: str | None = None
+    ) -> list[dict]:
+        sql = "select * from access_log where id > ?"
+        args: list[Any] = [since]
+        if path:
+            sql += " and path = ?"
+            args.append(path)
+        if method:
+            sql += " and method = ?"
+            args.append(method.upper())
+        with self.lock:
+            rows = self.db.execute(sql + " order by id", args).fetchall()
+        out = []
+        for r in rows:
+            d = dict(r)
+            for k in ("payload", "response"):
+                if d[k] is not None:
+                    try:
+                        d[k] = json.loads(d[k])
+                    except ValueError:
+                        pass
+            out.append(d)
+        return out
+
+    # -- ledger
+
+    @staticmethod
+    def _refund(r: sqlite3.Row, replayed: bool = False) -> dict:
+        return {
+            "id": r["id"],
+            "payment": r["payment"],
+            "amount": r["amount"],
+            "metadata": json.loads(r["metadata"]),
+            "key": r["key"],
+            "created": r["created"],
+            "replayed": replayed,
+            "source": r["source"],
+        }
+
+    def _payment(self, pid: str) -> dict | None:
+        p = self.db.execute("select id, paid from payments where id = ?", (pid,)).fetchone()
+        if p is None:
+            return None
+        total = self.db.execute(
+            "select coalesce(sum(amount), 0) from refunds where payment = ?", (pid,)
+        ).fetchone()[0]
+        return {"id": p["id"], "paid": p["paid"], "refunded_total": total}
+
+    def payment(self, pid: str) -> dict | None:
+        with self.lock:
+            return self._payment(pid)
+
+    def create_payment(self, pid: str, paid: int) -> dict:
+        with self.lock:
+            existing = self._payment(pid)
+            if existing is not None:
+                if existing["paid"] != paid:
+                    raise _bad("payment_exists", f"{pid} exists with paid {existing['paid']}", 409)
+                return existing
+            self.db.execute("insert into payments values (?, ?, ?)", (pid, paid, time.time()))
+            return self._payment(pid)  # type: ignore[return-value]
+
+    def _insert_refund(
+        self, payment: str, amount: int, metadata: dict, key: str | None, source: str, log_id: int
+    ) -> sqlite3.Row:
+        p = self._payment(payment)
+        if p is None:
+            raise _bad("no_such_payment", f"no payment {payment!r}", 404)
+        available = p["paid"] - p["refunded_total"]
+        if amount > available:
+            raise _bad(
+                "insufficient_funds",
+                f"refund of {amount} exceeds what is left on {payment}"
+                f" (paid {p['paid']}, refunded {p['refunded_total']})",
+            )
+        self.db.execute("begin immediate")
+        try:
+            cur = self.db.execute(
+                "insert into refunds (id, payment, amount, metadata, key, source, created, log_id)"
+                " values ('', ?, ?, ?, ?, ?, ?, ?)",
+                (payment, amount, _canon(metadata), key, source, time.time(), log_id),
+            )
+            seq = cur.lastrowid
+            self.db.execute("update refunds set id = ? where seq = ?", (f"re_{seq:06d}", seq))
+            if source == "api" and key is not None and self.tier == 1:
+                self.db.execute(
+                    "insert into idem_keys values (?, ?, ?, ?)",
+                    (key, _canon([payment, amount, metadata]), f"re_{seq:06d}", time.time()),
+                )
+            self.db.execute("commit")
+        except BaseException:
+            self.db.execute("rollback")
+            raise
+        return self.db.execute("select * from refunds where seq = ?", (seq,)).fetchone()
+
+    def claim_key(self, key: str) -> None:
+        """Tier 1: refuse a key whose first request is still in progress (Stripe's 409)."""
+        with self.lock:
+            if key in self.in_flight:
+                raise _bad(
+                    "idempotency_key_in_use",
+                    "another request with this Idempotency-Key is still being processed",
+                    409,
+                )
+            self.in_flight.add(key)
+
+    def release_key(self, key: str) -> None:
+        with self.lock:
+            self.in_flight.discard(key)
+
+    def refund(
+        self, payment: str, amount: int, metadata: dict, header_key: str | None, log_id: int
+    ) -> dict:
+        key = header_key if header_key is not None else metadata.get("key")
+        key = None if key is None else str(key)
+        with self.lock:
+            if self.tier == 1 and header_key is not None:
+                stored = self.db.execute(
+                    "select params, refund_id from idem_keys where key = ?", (header_key,)
+                ).fetchone()
+                if stored is not None:
+                    if stored["params"] != _canon([payment, amount, metadata]):
+                        raise _bad(
+                            "key_reused",
+                            "this Idempotency-Key was used with different parameters",
+                        )
+                    r = self.db.execute(
+                        "select * from refunds where id = ?", (stored["refund_id"],)
+                    ).fetchone()
+                    return self._refund(r, replayed=True)
+            return self._refund(self._insert_refund(payment, amount, metadata, key, "api", log_id))
+
+    def hand_refund(self, payment: str, amount: int, log_id: int) -> dict:
+        with self.lock:
+            r = self._insert_refund(payment, amount, {"by": "hand"}, None, "hand", log_id)
+            return self._refund(r)
+
+    def find_refunds(self, payment: str | None, key: str | None) -> list[dict]:
+        sql, args = "select * from refunds where 1 = 1", []
+        if payment is not None:
+            sql += " and payment = ?"
+            args.append(payment)
+        if key is not None:
+            sql += " and key = ?"
+            args.append(key)
+        with self.lock:
+            return [self._refund(r) for r in self.db.execute(sql + " order by seq", args)]
+
+    def prune_keys(self) -> int:
+        with self.lock:
+            return self.db.execute("delete from idem_keys").rowcount
+
+    def ledger(self) -> dict:
+        with self.lock:
+            pids = [r[0] for r in self.db.execute("select id from payments order by id")]
+            payments = [self._payment(p) for p in pids]
+            refunds = [
+                self._refund(r) for r in self.db.execute("select * from refunds order by seq")
+            ]
+            keys = [dict(r) for r in self.db.execute("select * from idem_keys order by created")]
+        return {
+            "tier": self.tier,
+            "payments": payments,
+            "refunds": refunds,
+            "idempotency_keys": keys,
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "ilr-target/1"
+    server: _TargetHTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._handle("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle("POST")
+
+    def _handle(self, method: str) -> None:
+        target = self.server.target
+        with target._busy_cond:
+            target._busy += 1
+        try:
+            self._handle_one(method, target)
+        except sqlite3.ProgrammingError:
+            pass  # the target was closed while this request was still in progress
+        finally:
+            with target._busy_cond:
+                target._busy -= 1
+                target._busy_cond.notify_all()
+
+    def _handle_one(self, method: str, target: Target) -> None:
+        ledger = target.ledger
+        arrival = time.time()
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        worker = self.headers.get("X-ILR-Worker")
+        epoch = self.headers.get("X-ILR-Epoch")
+        log_id = ledger.log_arrival(arrival, method, path, url.query, worker, epoch)
+        key = self.headers.get("Idempotency-Key")
+        payload: Any = None
+        claimed: str | None = None
+        try:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                payload = json.loads(raw) if raw else None
+            except (ValueError, UnicodeDecodeError) as e:
+                ledger.log_update(log_id, start=time.time())
+                raise _bad("invalid_request", f"body is not JSON: {e}") from None
+            if key is None and method == "GET":
+                key = query.get("key")
+            if key is None and isinstance(payload, dict):
+                meta = payload.get("metadata")
+                if isinstance(meta, dict) and meta.get("key") is not None:
+                    key = str(meta["key"])
+            ledger.log_update(
+                log_id,
+                start=time.time(),
+                key=key,
+                payload=None if payload is None else _canon(payload),
+            )
+            if method == "POST" and path == "/refunds":
+                header_key = self.headers.get("Idempotency-Key")
+                if ledger.tier == 1 and header_key is not None:
+                    ledger.claim_key(header_key)
+                    claimed = header_key
+                status, body = 200, target.post_refund(payload, header_key, log_id)
+            else:
+                status, body = 200, target.route(method, path, query, payload, log_id)
+        except _Reply as r:
+            status, body = r.status, r.body
+        except Exception as e:  # noqa: BLE001 - the server must answer and log every request
+            status, body = 500, {"error": "internal", "detail": f"{type(e).__name__}: {e}"}
+        finally:
+            if claimed is not None:
+                ledger.release_key(claimed)
+        data = json.dumps(body).encode()
+        ledger.log_update(log_id, end=time.time(), status=status, response=data.decode())
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            pass  # the client went away; the ledger and the log already hold the outcome
+
+
+class _TargetHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    target: Target
+
+
+class Target:
+    """The payment target: a loopback HTTP server over a SQLite ledger. ``start()`` serves in a
+    background thread; the CLI runs it in its own process (one per run)."""
+
+    def __init__(
+        self,
+        tier: int,
+        *,
+        db: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        delay_ms: float = 0,
+    ) -> None:
+        if tier not in (1, 2, 3):
+            raise ValueError(f"tier must be 1, 2 or 3, not {tier!r}")
+        _require_loopback(host)
+        if delay_ms < 0:
+            raise ValueError("delay_ms must be >= 0")
+        self.tier = tier
+        self.host, self.port = host, port
+        self.delay_ms = float(delay_ms)
+        self._own_db = db is None
+        if db is None:
+            fd, db = tempfile.mkstemp(prefix="ilr-target-", suffix=".sqlite")
+            os.close(fd)
+        self.db_path = db
+        self.ledger = Ledger(db, tier)
+        self._http: _TargetHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._busy = 0
+        self._busy_cond = threading.Condition()
+        self.url = ""
+
+    def start(self) -> Target:
+        if self._http is not None:
+            return self
+        self._http = _TargetHTTPServer((self.host, self.port), _Handler)
+        self._http.target = self
+        self.port = self._http.server_address[1]
+        self.url = f"http://{self.host}:{self.port}"
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def close(self, drain: float = 3.0) -> None:
+        """Stop serving, let requests in progress finish (up to ``drain`` seconds), close the
+        ledger; a temp ledger this object made is deleted."""
+        self.stop()
+        with self._busy_cond:
+            self._busy_cond.wait_for(lambda: self._busy == 0, drain)
+        self.ledger.close()
+        if self._own_db:
+            for suffix in ("", "-wal", "-shm"):
+                try:
+                    os.unlink(self.db_path + suffix)
+                except OSError:
+                    pass
+
+    def __enter__(self) -> Target:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def config(self) -> dict:
+        return {
+            "tier": self.tier,
+            "dedupes": self.tier == 1,
+            "lookup": self.tier in (1, 2),
+            "delay_ms": self.delay_ms,
+            "db": self.db_path,
+            "emulated": EMULATED,
+        }
+
+    # -- request handling (called from handler threads)
+
+    def post_refund(self, payload: Any, header_key: str | None, log_id: int) -> dict:
+        if not isinstance(payload, dict):
+            raise _bad("invalid_request", "body must be a JSON object {payment, amount, metadata}")
+        payment = payload.get("payment")
+        if not isinstance(payment, str) or not payment:
+            raise _bad("invalid_request", "payment must be a non-empty string")
+        amount = _int_amount(payload.get("amount"))
+        metadata = payload.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise _bad("invalid_request", "metadata must be an object")
+        if self.delay_ms > 0:  # service delay: after arrival, before the ledger write
+            time.sleep(self.delay_ms / 1000.0)
+        return self.ledger.refund(payment, amount, metadata, header_key, log_id)
+
+    def route(self, method: str, path: str, query: dict, payload: Any, log_id: int) -> Any:
+        body = payload if isinstance(payload, dict) else {}
+        if method == "GET" and path == "/refunds":
+            if self.tier == 3:
+                raise _bad("no_lookup", "a tier 3 target has no refund lookup", 404)
+            return self.ledger.find_refunds(query.get("payment"), query.get("key"))
+        if method == "GET" and path.startswith("/payments/"):
+            pid = path[len("/payments/") :]
+            p = self.ledger.payment(pid)
+            if p is None:
+                raise _bad("no_such_payment", f"no payment {pid!r}", 404)
+            return p
+        if method == "POST" and path == "/admin/payments":
+            pid = body.get("id")
+            if not isinstance(pid, str) or not pid:
+                raise _bad("invalid_request", "id must be a non-empty string")
+            return self.ledger.create_payment(pid, _int_amount(body.get("paid"), "paid"))
+        if method == "POST" and path == "/admin/hand_refund":
+            payment = body.get("payment")
+            if not isinstance(payment, str):
+                raise _bad("invalid_request", "payment must be a string")
+            return self.ledger.hand_refund(payment, _int_amount(body.get("amount")), log_id)
+        if method == "POST" and path == "/admin/prune_keys":
+            return {"pruned": self.ledger.prune_keys(), "emulated": EMULATED["prune_keys"]}
+        if method == "POST" and path == "/admin/delay":
+            ms = body.get("ms")
+            if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms < 0:
+                raise _bad("invalid_request", f"ms must be a number >= 0, got {ms!r}")
+            self.delay_ms = float(ms)
+            return {"delay_ms": self.delay_ms}
+        if method == "GET" and path == "/admin/log":
+            since = int(query.get("since") or 0)
+            return self.ledger.access_log(since, query.get("path"), query.get("method"))
+        if method == "GET" and path == "/admin/ledger":
+            return self.ledger.ledger()
+        if method == "GET" and path == "/admin/config":
+            return self.config()
+        raise _bad("not_found", f"no route {method} {path}", 404)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m prove.target", description="Local payment target (tiers 1, 2, 3)."
+    )
+    ap.add_argument("--tier", type=int, required=True, choices=(1, 2, 3))
+    ap.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument(
+        "--db", default=None, help="SQLite ledger file (default: a temp file, deleted at exit)"
+    )
+    ap.add_argument("--delay-ms", type=float, default=0.0, help="service delay per POST /refunds")
+    ap.add_argument(
+        "--payment", action="append", default=[], metavar="ID:PAID", help="create a payment"
+    )
+    args = ap.parse_args(argv)
+    try:
+        target = Target(
+            args.tier, db=args.db, host=args.host, port=args.port, delay_ms=args.delay_ms
+        )
+        for spec in args.payment:
+            pid, _, paid = spec.rpartition(":")
+            target.ledger.create_payment(pid, int(paid))
+        target.start()
+    except (ValueError, OSError, _Reply) as e:
+        print(f"target: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    info = {"port": target.port, "url": target.url, "tier": target.tier, "db": target.db_path}
+    print(json.dumps(info), flush=True)
+    while not stop.wait(0.5):
+        pass
+    target.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
