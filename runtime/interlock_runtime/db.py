@@ -11,18 +11,33 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import Jsonb
 
 from .errors import Fenced
 
 SCHEMA_LOCK = 0x1C0C7A11  # advisory lock key: one schema application at a time
+FOREVER = datetime.max.replace(tzinfo=timezone.utc)
+
+
+class _InfinityTimestamptzLoader(TimestamptzLoader):
+    """available_at is 'infinity' while a workflow waits with no timeout; psycopg has no
+    infinite datetime, so it loads as datetime.max (DESIGN B13)."""
+
+    def load(self, data: bytes) -> datetime:
+        if bytes(data) == b"infinity":
+            return FOREVER
+        return super().load(data)
+
+
+psycopg.adapters.register_loader("timestamptz", _InfinityTimestamptzLoader)
 
 
 def _sql_text(name: str) -> str:

@@ -143,15 +143,19 @@ class Worker:
             pool.submit(self._execute, run)
         if len(rows) == free:
             return  # there may be more due work: claim again at once
-        # Wait for a wakeup (start, signal, ...) or the poll interval, whichever comes first.
-        for _ in listener.notifies(timeout=self.poll, stop_after=1):
+        # Wait for a wakeup (start, signal, ...), the next timer or lease expiry, or the poll
+        # interval, whichever comes first.
+        due = listener.execute(db.query("next_due"), self._pairs()).fetchone()["seconds"]
+        # A due row we could not claim (locked by another transaction) must not spin us.
+        wait = self.poll if due is None else min(self.poll, max(due + 0.005, 0.05))
+        for _ in listener.notifies(timeout=wait, stop_after=1):
             pass
 
+    def _pairs(self) -> dict[str, list[str]]:
+        return {"names": [n for n, _ in self.defs], "versions": [v for _, v in self.defs]}
+
     def _claim(self, conn: psycopg.Connection, limit: int) -> list[dict]:
-        names = [n for n, _ in self.defs]
-        versions = [v for _, v in self.defs]
-        params = {"names": names, "versions": versions, "limit": limit, "owner": self.worker_id,
-                  "ttl": self.lease_ttl}  # fmt: skip
+        params = {**self._pairs(), "limit": limit, "owner": self.worker_id, "ttl": self.lease_ttl}
         return conn.execute(db.query("claim"), params).fetchall()
 
     # -- heartbeat ----------------------------------------------------------------------------

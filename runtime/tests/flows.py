@@ -39,3 +39,147 @@ def three_steps(ctx, inp):
 @workflow(name="echo", version="1")
 def echo(ctx, inp):
     return ctx.step("echo", lambda value: value, inp)
+
+
+# -- durable execution flows (test_durable.py) ------------------------------------------------
+
+from interlock_runtime import Cancelled, RetryPolicy  # noqa: E402
+
+
+def flaky(counter_path: str, failures: int) -> str:
+    """Fail `failures` times (counted in a file), then succeed."""
+    n = int(open(counter_path).read()) if os.path.exists(counter_path) else 0
+    with open(counter_path, "w") as f:
+        f.write(str(n + 1))
+    if n < failures:
+        raise ConnectionError(f"transient failure {n + 1}")
+    return f"ok after {n + 1} attempts"
+
+
+@workflow(name="retrying", version="1")
+def retrying(ctx, inp):
+    policy = RetryPolicy(initial=inp["initial"], backoff=2.0, max_attempts=inp.get("max", 0))
+    return ctx.step("flaky", flaky, inp["counter"], inp["failures"], retry=policy)
+
+
+class NotEligible(Exception):
+    pass
+
+
+def refuse() -> None:
+    raise NotEligible("payment pay_881 is not eligible")
+
+
+@workflow(name="non_retryable", version="1")
+def non_retryable(ctx, inp):
+    return ctx.step("refuse", refuse, retry=RetryPolicy(non_retryable=("NotEligible",)))
+
+
+@workflow(name="sleeper", version="1")
+def sleeper(ctx, inp):
+    before = ctx.step("before", log_invocation, inp["log"], "before", ctx.worker_id, ctx.epoch, 0)
+    ctx.sleep(inp["seconds"])
+    after = ctx.step("after", log_invocation, inp["log"], "after", ctx.worker_id, ctx.epoch, 0)
+    return [before, after]
+
+
+@workflow(name="waiter", version="1")
+def waiter(ctx, inp):
+    first = ctx.wait_signal("go")
+    second = ctx.wait_signal("go")
+    late = ctx.wait_signal("never", timeout=inp.get("timeout", 0.5))
+    return [first, second, late]
+
+
+@workflow(name="cancellable", version="1")
+def cancellable(ctx, inp):
+    ctx.step("start", lambda: "started")
+    try:
+        ctx.sleep(600)
+    except Cancelled:
+        ctx.step(
+            "compensate", log_invocation, inp["log"], "compensate", ctx.worker_id, ctx.epoch, 0
+        )
+        raise
+    return "slept"
+
+
+@workflow(name="swallower", version="1")
+def swallower(ctx, inp):
+    try:
+        ctx.sleep(600)
+    except BaseException:  # the bug this test is about: never do this in workflow code
+        pass
+    return "escaped"
+
+
+STEP_NAME = os.environ.get("ILR_TEST_STEP_NAME", "a")
+USE_PATCH = os.environ.get("ILR_TEST_PATCH", "1") == "1"
+
+
+@workflow(name="renamed", version="1")
+def renamed(ctx, inp):
+    ctx.step(STEP_NAME, log_invocation, inp["log"], STEP_NAME, ctx.worker_id, ctx.epoch, 0)
+    ctx.wait_signal("go")
+    ctx.step("b", log_invocation, inp["log"], "b", ctx.worker_id, ctx.epoch, 0)
+    return "done"
+
+
+@workflow(name="patchy", version="1")
+def patchy(ctx, inp):
+    ctx.step("a", lambda: "a")
+    if USE_PATCH and ctx.patched("fix-amount"):
+        path = ctx.step("new", lambda: "new")
+    else:
+        path = ctx.step("old", lambda: "old")
+    ctx.wait_signal("go")
+    return path
+
+
+@workflow(name="pinned_flow", version="1")
+def pinned_v1(ctx, inp):
+    return ctx.step("which", lambda w: {"version": "1", "worker": w}, ctx.worker_id)
+
+
+@workflow(name="pinned_flow", version="2")
+def pinned_v2(ctx, inp):
+    return ctx.step("which", lambda w: {"version": "2", "worker": w}, ctx.worker_id)
+
+
+def stub_model(request: dict) -> dict:
+    """EMULATED model: a scripted answer in the shape the runtime records."""
+    return {"model": "stub-emulated", "amount": 2000, "usage": {"input_tokens": 10}}
+
+
+@workflow(name="decider", version="1")
+def decider(ctx, inp):
+    d = ctx.decide("pick_amount", stub_model, {"case": inp["case"]},
+                   premises=lambda: {"refunded_by_others": 0})  # fmt: skip
+    return {"amount": d.output["amount"], "premises": d.premises, "seq": d.ref["seq"]}
+
+
+@workflow(name="child_flow", version="1")
+def child_flow(ctx, inp):
+    return ctx.step("double", lambda x: x * 2, inp["x"])
+
+
+@workflow(name="parent_flow", version="1")
+def parent_flow(ctx, inp):
+    kid = ctx.child(child_flow, {"x": inp["x"]})
+    return {"child": kid, "result": ctx.wait_child(kid)}
+
+
+@workflow(name="counter", version="1")
+def counter(ctx, inp):
+    n = ctx.step("count", lambda n: n + 1, inp["n"])
+    if n < inp["until"]:
+        ctx.continue_as_new({"n": n, "until": inp["until"]})
+    return n
+
+
+@workflow(name="forkable", version="1")
+def forkable(ctx, inp):
+    return [
+        ctx.step(name, log_invocation, inp["log"], name, ctx.worker_id, ctx.epoch, 0)["step"]
+        for name in ("a", "b", "c")
+    ]

@@ -48,6 +48,18 @@ history as (
   select id, epoch, %(owner)s, version, now(), prev_status, prev_lease_expires_at from claimed)
 select * from claimed;
 
+-- name: next_due
+-- Seconds until the earliest timer, backoff or lease expiry among the pairs this worker serves,
+-- so it wakes on time instead of waiting for the next poll.
+select extract(epoch from least(
+         (select min(available_at) from ilr.workflows
+           where status in ('pending','sleeping')
+             and (name, version) in (select * from unnest(%(names)s::text[], %(versions)s::text[]))),
+         (select min(lease_expires_at) from ilr.workflows
+           where status = 'running'
+             and (name, version) in (select * from unnest(%(names)s::text[], %(versions)s::text[])))
+       ) - now())::float8 as seconds;
+
 -- name: load_steps
 select seq, name, kind, fingerprint, output, error, epoch, created_at
   from ilr.steps where workflow_id = %(wf)s order by seq;
