@@ -78,13 +78,14 @@ class WorkerProcess:
     """A real worker subprocess (`python -m interlock_runtime.worker`) with its event log."""
 
     def __init__(self, dsn: str, worker_id: str, log_dir: Path, module: str = "flows",
-                 lease_ttl: float = 3.0, poll: float = 0.2, extra_args: tuple[str, ...] = (),
+                 lease_ttl: float = 3.0, poll: float = 0.2, concurrency: int = 2,
+                 extra_args: tuple[str, ...] = (),
                  env: dict[str, str] | None = None):  # fmt: skip
         self.worker_id = worker_id
         self.events_path = log_dir / f"{worker_id}.events.jsonl"
         cmd = [sys.executable, "-m", "interlock_runtime.worker", "--dsn", dsn, "--module", module,
                "--id", worker_id, "--lease-ttl", str(lease_ttl), "--poll", str(poll),
-               "--concurrency", "2", *extra_args]  # fmt: skip
+               "--concurrency", str(concurrency), *extra_args]  # fmt: skip
         full_env = dict(os.environ, PYTHONPATH=str(TESTS), **(env or {}))
         self._stderr = open(self.events_path, "w")
         self.proc = subprocess.Popen(cmd, stderr=self._stderr, stdout=subprocess.DEVNULL,
