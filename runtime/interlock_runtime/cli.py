@@ -1,12 +1,28 @@
-"""The `interlock` command: the local Postgres cluster, workers, and (later) operator verbs."""
+"""The `interlock` command: the local Postgres cluster, workers, and operator verbs.
+
+    interlock pg start|stop|restart-immediate|reset|status
+    interlock worker --module my_flows [--lease-ttl 30 --concurrency 4 --only name@version]
+    interlock start NAME ID [--input JSON] [--version V]
+    interlock result ID [--timeout SECONDS]
+    interlock list [--status S --name N --version V] [--json]
+    interlock describe ID [--json]
+    interlock signal ID NAME [--payload JSON] [--sender WHO]
+    interlock cancel ID [--by WHO]
+    interlock drain-report [--json]
+
+Every verb takes --dsn (default: ILR_DSN, else the project's own cluster).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from datetime import datetime
+from typing import Any
 
 from . import local_postgres
+from .errors import InterlockError
 
 
 def _pg(args: argparse.Namespace) -> int:
@@ -32,8 +48,134 @@ def _pg(args: argparse.Namespace) -> int:
         return 1
 
 
+def _worker(rest: list[str]) -> int:
+    from .worker import main as worker_main
+
+    return worker_main(rest)
+
+
+# -- printing -----------------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return "infinity" if value.year == 9999 else value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def print_table(rows: list[dict], columns: list[str]) -> None:
+    """A plain aligned table; long cells are cut so a row stays on one line."""
+    cells = [[_cell(r.get(c))[:60] for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    if not rows:
+        print("(none)")
+
+
+def _dump(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+# -- operator verbs -----------------------------------------------------------------------------
+
+
+def _runtime(args: argparse.Namespace):
+    from .runtime import Runtime
+
+    return Runtime(args.dsn or local_postgres.dsn())
+
+
+def _list(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        rows = rt.list(status=args.status, name=args.name, version=args.version, limit=args.limit)
+    if args.json:
+        _dump(rows)
+    else:
+        print_table(rows, ["id", "name", "version", "status", "epoch", "owner", "available_at",
+                           "updated_at"])  # fmt: skip
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        wf = rt.describe(args.id)
+    if args.json:
+        _dump(wf)
+        return 0
+    for key in ("id", "name", "version", "status", "epoch", "owner", "lease_expires_at",
+                "available_at", "waiting", "cancel_requested_at", "result", "error", "parent_id",
+                "continued_from", "forked_from", "created_at", "updated_at"):  # fmt: skip
+        print(f"{key:>20}: {_cell(wf.get(key))}")
+    print("\nsteps")
+    print_table(wf["steps"], ["seq", "kind", "name", "epoch", "output", "error", "created_at"])
+    print("\nclaims")
+    print_table(wf["claims"], ["epoch", "owner", "version", "claimed_at", "prev_status",
+                               "prev_lease_expires_at"])  # fmt: skip
+    return 0
+
+
+def _signal(args: argparse.Namespace) -> int:
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        print(f"interlock signal: --payload is not JSON ({exc}); nothing was sent", file=sys.stderr)
+        return 2
+    with _runtime(args) as rt:
+        signal_id = rt.signal(args.id, args.name, payload, sender=args.sender)
+    print(f"signal {args.name!r} delivered to {args.id} (signal id {signal_id})")
+    return 0
+
+
+def _start(args: argparse.Namespace) -> int:
+    try:
+        value = json.loads(args.input)
+    except json.JSONDecodeError as exc:
+        print(f"interlock start: --input is not JSON ({exc}); nothing was started", file=sys.stderr)
+        return 2
+    with _runtime(args) as rt:
+        wf_id = rt.start(args.name, args.id, value, version=args.version)
+        version = rt.describe(wf_id)["version"]
+    print(f"started {args.name}@{version} as {wf_id}")
+    return 0
+
+
+def _result(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        try:
+            value = rt.result(args.id, timeout=args.timeout)
+        except TimeoutError as exc:
+            print(f"interlock result: {exc}", file=sys.stderr)
+            return 3
+    print(json.dumps(value, indent=2, default=str))
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        rt.cancel(args.id, by=args.by)
+    print(f"cancel requested for {args.id}; it sees Cancelled at its next durable call")
+    return 0
+
+
+def _drain_report(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        rows = rt.drain_report()
+    if args.json:
+        _dump(rows)
+    else:
+        print_table(rows, ["name", "version", "status", "workflows"])
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="interlock", description=__doc__)
+    parser = argparse.ArgumentParser(prog="interlock", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True)
 
     pg = sub.add_parser("pg", help="manage the project's own PostgreSQL cluster")
@@ -41,23 +183,57 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--json", action="store_true", help="status as JSON")
     pg.set_defaults(func=_pg)
 
-    worker = sub.add_parser(
-        "worker", help="run a worker (same flags as python -m interlock_runtime.worker)"
-    )
+    worker = sub.add_parser("worker", help="run a worker (see `interlock worker --help`)",
+                            add_help=False)  # fmt: skip
     worker.add_argument("rest", nargs=argparse.REMAINDER)
     worker.set_defaults(func=lambda a: _worker(a.rest))
+
+    def verb(name: str, func: Any, help: str, json_flag: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.add_argument(
+            "--dsn", default=None, help="Postgres DSN (default: ILR_DSN or the local cluster)"
+        )
+        if json_flag:
+            p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.set_defaults(func=func)
+        return p
+
+    p = verb("list", _list, "list workflows")
+    p.add_argument("--status")
+    p.add_argument("--name")
+    p.add_argument("--version")
+    p.add_argument("--limit", type=int, default=1000)
+    verb("describe", _describe, "one workflow: row, steps, claim history").add_argument("id")
+    p = verb("start", _start, "start a workflow by name (idempotent on the id)", json_flag=False)
+    p.add_argument("name")
+    p.add_argument("id")
+    p.add_argument("--input", default="{}", help="JSON input (default {})")
+    p.add_argument("--version", help="default: the newest deployed version")
+    p = verb("result", _result, "wait for a workflow's result", json_flag=False)
+    p.add_argument("id")
+    p.add_argument("--timeout", type=float, default=None)
+    p = verb("signal", _signal, "send a durable signal", json_flag=False)
+    p.add_argument("id")
+    p.add_argument("name")
+    p.add_argument("--payload", default="{}", help="JSON payload (default {})")
+    p.add_argument("--sender")
+    p = verb("cancel", _cancel, "request cancellation", json_flag=False)
+    p.add_argument("id")
+    p.add_argument("--by")
+    verb("drain-report", _drain_report, "workflows by name, version and status")
     return parser
 
 
-def _worker(rest: list[str]) -> int:
-    from .worker import main as worker_main
-
-    return worker_main(rest)
-
-
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:  # the worker parses its own flags
+        return _worker(argv[1:])
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except InterlockError as exc:
+        print(f"interlock {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
