@@ -86,7 +86,7 @@ vars == <<now, wfVars, stepVars, effVars, worldVars, up, ws, targetVars, histVar
 (***************************************************************************)
 NoMeta == [liveClaim |-> FALSE, grantOk |-> FALSE, premiseOk |-> FALSE, payload |-> 0,
            recheckOk |-> FALSE, afterCancel |-> FALSE, pastWindow |-> FALSE,
-           deadline |-> -1, key |-> 0]
+           deadline |-> -1, key |-> 0, recovery |-> FALSE]
 IdleW == [pc |-> "idle", epoch |-> 0, deadline |-> -1, snap |-> FALSE, readOk |-> FALSE,
           grantRead |-> FALSE, sendBy |-> -1, txnNow |-> -1, fenced |-> FALSE,
           found |-> FALSE, effTier |-> 0, readPair |-> 0, meta |-> NoMeta, via |-> "send",
@@ -300,7 +300,7 @@ DispatchCommit(w) ==
                                  premiseOk |-> ws[w].readOk, payload |-> pay,
                                  recheckOk |-> TRUE, afterCancel |-> cancelReq,
                                  pastWindow |-> FALSE, deadline |-> tn + SendTimeout,
-                                 key |-> 1],
+                                 key |-> 1, recovery |-> FALSE],
                     \* StopwatchAfterDispatch: t0 taken only now, after the commit
                     ![w].sendBy = IF Broken("stopwatch_after_dispatch") THEN now + SendTimeout
                                   ELSE ws[w].sendBy]
@@ -322,7 +322,7 @@ SendBytes(w, m) ==
            payload |-> m.payload, resend |-> Len(sendLog) > 0, recheckOk |-> m.recheckOk,
            afterCancel |-> m.afterCancel, pastWindow |-> m.pastWindow,
            afterRevoke |-> grantRevoked, inRevokeReturned |-> revokeReturned,
-           premiseAtSend |-> PremiseNow,
+           premiseAtSend |-> PremiseNow, recovery |-> m.recovery,
            prevSendSettled |-> lastSendDL < 0 \/ now > lastSendDL + SettleMargin])
     /\ lastSendDL' = m.deadline
 
@@ -450,7 +450,7 @@ Resend(w, via) ==
                            premiseOk |-> ws[w].readOk, payload |-> boundPayload,
                            recheckOk |-> ~Broken("naive_recovery"), afterCancel |-> FALSE,
                            pastWindow |-> PastWindow, deadline |-> now + SendTimeout,
-                           key |-> 1]]
+                           key |-> 1, recovery |-> TRUE]]
     /\ UNCHANGED <<journal, effState, boundPayload, firstDispatch, stepRow, rowWrites>>
 
 Resolved(w, kind, via, st) ==
@@ -746,6 +746,7 @@ Reach_StaleLoad == \E w \in Workers : At(w, "run") /\ stepRow["plain"]
 Reach_Takeover == ghost.tookOver
 Reach_Send == Len(sendLog) >= 1
 Reach_Resend == Len(sendLog) >= 2
+Reach_RecoverySend == \E i \in DOMAIN sendLog : sendLog[i].recovery
 Reach_Commit == effState = "committed"
 Reach_LateCommit == HasEntry("COMMITTED", "late-cas")
 Reach_CommitOnQuery == HasEntry("COMMITTED", "recovery-query")

@@ -29,6 +29,7 @@ WIT_VALUES = ("reach", "n/a")
 LAYERS = ("M", "C")
 KINDS = ("safety", "liveness")
 RULE_KEYS = ("value", "tiers", "events_any", "toggles_any")
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 20x faster than pure Python
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # tier label -> (Tier, Queryable) constants of Runtime.tla
@@ -232,7 +233,7 @@ def _eval(pred: Any, cfg: Config) -> str:
 # ---------------------------------------------------------------------- loading and validation
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_Loader)
     except FileNotFoundError:
         raise CatalogError(path, "file", "not found") from None
     except yaml.YAMLError as e:

@@ -1,0 +1,599 @@
+"""Run the TLC matrix (models/catalog.yaml + models/matrix.yaml) and write the report.
+
+    python -m prove.tlc            # `make tlc`: every config, writes results/runtime_tlc.{md,json}
+                                   #   and results/tlc_traces/<config>__<invariant>.json
+    python -m prove.tlc --quick    # `make tlc-quick`: the configs marked quick; writes nothing
+    python -m prove.tlc --only Signals Broken_NoFencing
+
+Each config's runs come from Catalog.plan: one "hold" run with every invariant predicted to hold
+(and the Reach_* witnesses noted by a state constraint in the same exploration), one run per
+invariant predicted V, one run per broken config's named invariant. If a hold run finds a
+violation, that invariant is recorded as V (a disagreement) and the run is repeated without it.
+A run that ends without TLC's success or violation message (parse error, missing operator, no
+Java, no jar, crash, timeout) is an error for its config, never a hold.
+
+Exit status: 0 when every outcome matches its prediction and no run errored, else 1.
+Model check for the stated constants, not a proof of the Python or SQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "models"
+sys.path.insert(0, str(MODELS))
+
+import catalog as catalog_mod  # noqa: E402
+import gen_cfg  # noqa: E402
+
+RESULTS = ROOT / "results"
+TRACES = RESULTS / "tlc_traces"
+RUN_TLC = ROOT / "run_tlc.sh"
+EXPLAIN = MODELS / "disagreements.yaml"
+MSG = re.compile(r"@!@!@STARTMSG (\d+):(\d+) @!@!@\n(.*?)@!@!@ENDMSG \1 @!@!@", re.S)
+REACHED = re.compile(r'<<"REACHED", "(\w+)">>')
+VIOLATION_CODES = {2107, 2110, 2116, 2121, 2122, 2217, 2218}  # violation, its trace, loop marks
+ASSUMPTIONS = (
+    "A1 no process pause across the local send deadline (PAUSE lifts it); "
+    "A2 the target finishes any request within settle_margin after send_deadline "
+    "(SERVER_SLOW lifts it); A3 external premises are true as of their read "
+    "(PremiseTrueAtSend shows the window); A4 durable commits; A5 bounded clock-rate difference."
+)
+_print_lock = threading.Lock()
+
+
+def log(msg: str) -> None:
+    with _print_lock:
+        print(msg, flush=True)
+
+
+# ---------------------------------------------------------------------- TLA+ values -> JSON
+class _ValueParser:
+    """Parse TLC's printed values: records, functions (k :> v @@ ...), sequences, sets,
+    strings, integers, booleans and model values."""
+
+    TOKEN = re.compile(
+        r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>-?\d+)|(?P<op>\|->|:>|@@|<<|>>|[\[\](){},])'
+        r"|(?P<id>[A-Za-z_][A-Za-z0-9_]*))"
+    )
+
+    def __init__(self, text: str):
+        self.toks: list[tuple[str, str]] = []
+        pos = 0
+        text = text.strip()
+        while pos < len(text):
+            m = self.TOKEN.match(text, pos)
+            if not m or m.end() == pos:
+                raise ValueError(f"cannot tokenize at {text[pos : pos + 20]!r}")
+            kind = m.lastgroup
+            self.toks.append((kind, m.group(kind)))
+            pos = m.end()
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+        self.i = 0
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def take(self, want: str | None = None) -> tuple[str, str]:
+        tok = self.toks[self.i]
+        if want is not None and tok[1] != want:
+            raise ValueError(f"expected {want!r}, got {tok[1]!r}")
+        self.i += 1
+        return tok
+
+    def value(self):
+        kind, tok = self.take()
+        if kind == "str":
+            return json.loads(tok)
+        if kind == "num":
+            return int(tok)
+        if kind == "id":
+            return {"TRUE": True, "FALSE": False}.get(tok, tok)
+        if tok == "<<":
+            return self._items(">>")
+        if tok == "{":
+            return {"set": self._items("}")}
+        if tok == "[":
+            out = {}
+            while self.peek()[1] != "]":
+                key = self.take()[1]
+                self.take("|->")
+                out[key] = self.value()
+                if self.peek()[1] == ",":
+                    self.take(",")
+            self.take("]")
+            return out
+        if tok == "(":
+            out = {}
+            while self.peek()[1] != ")":
+                key = self.value()
+                self.take(":>")
+                out[str(key)] = self.value()
+                if self.peek()[1] == "@@":
+                    self.take("@@")
+            self.take(")")
+            return out
+        raise ValueError(f"unexpected {tok!r}")
+
+    def _items(self, close: str) -> list:
+        items = []
+        while self.peek()[1] != close:
+            items.append(self.value())
+            if self.peek()[1] == ",":
+                self.take(",")
+        self.take(close)
+        return items
+
+
+def tla_to_json(text: str):
+    try:
+        p = _ValueParser(text)
+        v = p.value()
+        if p.peek() is not None:
+            raise ValueError("trailing tokens")
+        return v
+    except (ValueError, IndexError, TypeError):
+        return {"tla": text.strip()}
+
+
+def parse_state(body: str) -> dict:
+    lines = body.strip("\n").split("\n")
+    head = lines[0]
+    m = re.match(r"(\d+): (.*)$", head)
+    index, action = (int(m.group(1)), m.group(2)) if m else (None, head)
+    am = re.match(r"<(\w+)", action)
+    name = am.group(1) if am else action.strip("<>")
+    if name == "Initial":
+        name = "Init"
+    chunks: list[str] = []
+    for line in lines[1:]:
+        if line.startswith("/\\ "):
+            chunks.append(line[3:])
+        elif chunks:
+            chunks[-1] += "\n" + line
+        elif line.strip():
+            chunks.append(line)
+    state = {}
+    for c in chunks:
+        var, _, val = c.partition(" = ")
+        state[var.strip()] = tla_to_json(val)
+    return {"index": index, "action": name, "vars": state}
+
+
+# ---------------------------------------------------------------------- one TLC run
+def parse_output(text: str, rc: int) -> dict:
+    out: dict = {
+        "version": None,
+        "generated": None,
+        "distinct": None,
+        "depth": None,
+        "violated": None,
+        "trace": [],
+        "loop_to": None,
+        "success": False,
+        "errors": [],
+        "reached": sorted(set(REACHED.findall(text))),
+        "rc": rc,
+    }
+    for code_s, cls_s, body in MSG.findall(text):
+        code, cls = int(code_s), int(cls_s)
+        body_s = body.strip()
+        if code == 2262:
+            out["version"] = body_s
+        elif code in (2110, 2107):
+            m = re.search(r"Invariant (\w+) is violated", body_s)
+            out["violated"] = m.group(1) if m else body_s
+        elif code == 2116:
+            out["violated"] = "temporal"
+        elif code in (2217, 2218) or (cls == 4 and re.match(r"\d+: ", body_s)):
+            if "Stuttering" in body_s.split("\n")[0]:
+                out["loop_to"] = "stuttering"
+            else:
+                out["trace"].append(parse_state(body_s))
+        elif code == 2122 or body_s.startswith("Back to state"):
+            m = re.search(r"Back to state (\d+)", body_s)
+            out["loop_to"] = int(m.group(1)) if m else body_s
+        elif code == 2199:
+            m = re.search(r"([\d,]+) states generated, ([\d,]+) distinct states found", body_s)
+            if m:
+                out["generated"] = int(m.group(1).replace(",", ""))
+                out["distinct"] = int(m.group(2).replace(",", ""))
+        elif code == 2194:
+            m = re.search(r"depth of the complete state graph search is (\d+)", body_s)
+            out["depth"] = int(m.group(1)) if m else None
+        elif code == 2193:
+            out["success"] = True
+        elif cls == 1 and code not in VIOLATION_CODES:
+            out["errors"].append(f"TLC {code}: {body_s[:400]}")
+        elif "No error has been found" in body_s:
+            out["success"] = True
+    if "Temporal properties were violated" in text and not out["violated"]:
+        out["violated"] = "temporal"
+    if out["violated"] == "temporal" and out["depth"] is None:
+        out["depth"] = len(out["trace"]) or None
+    if not out["success"] and not out["violated"] and not out["errors"]:
+        tail = text.strip().splitlines()[-5:]
+        out["errors"].append(f"TLC exited {rc} without a result: {' | '.join(tail)[:400]}")
+    if out["violated"] and out["errors"]:
+        pass  # a violation with extra warnings still counts as a violation
+    return out
+
+
+def run_tlc(cfg_path: Path, workers: int, heap: str, timeout: int) -> dict:
+    tla = cfg_path.with_suffix(".tla")
+    cmd = [str(RUN_TLC), "-workers", str(workers), "-heap", heap, str(tla), str(cfg_path)]
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        text, rc = p.stdout + "\n" + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        text = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        res = parse_output(text, -1)
+        res["errors"] = [f"timeout after {timeout}s"]
+        res["success"] = False
+        res["violated"] = None
+        res["seconds"] = round(time.monotonic() - t0, 1)
+        return res
+    except OSError as e:
+        return {"errors": [f"cannot run {RUN_TLC.name}: {e}"], "seconds": 0.0, "reached": [],
+                "trace": [], "violated": None, "success": False, "version": None,
+                "distinct": None, "generated": None, "depth": None, "rc": -1}  # fmt: skip
+    res = parse_output(text, rc)
+    if rc in (2, 3, 4, 5):
+        res["errors"].insert(0, p.stderr.strip()[:400] or f"run_tlc.sh exited {rc}")
+        res["success"], res["violated"] = False, None
+    res["seconds"] = round(time.monotonic() - t0, 1)
+    return res
+
+
+# ---------------------------------------------------------------------- one config
+def check_config(cat, cfg, opts, outdir: Path) -> dict:
+    result = {
+        "name": cfg.name,
+        "spec": cfg.spec,
+        "mode": cfg.mode,
+        "tier": cfg.tier,
+        "events": list(cfg.events),
+        "toggles": list(cfg.toggles),
+        "broken": cfg.broken,
+        "kind": cfg.kind,
+        "constants": gen_cfg.constants(cat, cfg),
+        "why": cfg.why,
+        "runs": [],
+        "invariants": {},
+        "witnesses": {},
+    }
+    reached: set[str] = set()
+    wits_wanted: list[str] = []
+    outcomes: dict[str, dict] = {}
+    for run in cat.plan(cfg):
+        wits_wanted += [w for w in run.witnesses if w not in wits_wanted]
+        props = list(run.properties)
+        attempt = 0
+        while props:
+            attempt += 1
+            r = run if attempt == 1 else catalog_mod.Run(
+                run.config, run.cfg.replace(".cfg", f"_{attempt}.cfg"), run.spec, run.purpose,
+                tuple(props), run.expected, run.witnesses)  # fmt: skip
+            path = gen_cfg.write_run(cat, r, outdir)
+            log(f"  {cfg.name}: {r.purpose} {','.join(props)[:70]} ...")
+            res = run_tlc(path, opts.workers, opts.heap, opts.timeout)
+            reached |= set(res["reached"])
+            rec = {
+                "cfg": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name,
+                "purpose": r.purpose,
+                "properties": props,
+                "tlc_version": res["version"],
+                "generated": res["generated"],
+                "distinct": res["distinct"],
+                "depth": res["depth"],
+                "seconds": res["seconds"],
+                "violated": None,
+                "errors": res["errors"],
+            }
+            result["runs"].append(rec)
+            log(
+                f"  {cfg.name}: {r.purpose} -> "
+                + (
+                    f"V {res['violated']}"
+                    if res["violated"]
+                    else "ERROR"
+                    if res["errors"]
+                    else "ok"
+                )
+                + f" ({res['distinct']} states, {res['seconds']}s)"
+            )
+            if res["violated"] and not res["errors"]:
+                name = props[0] if res["violated"] == "temporal" else res["violated"]
+                rec["violated"] = name
+                if name not in props:
+                    rec["errors"].append(f"TLC reported {name}, which this run did not check")
+                    for p in props:
+                        outcomes[p] = {"outcome": "error", "error": rec["errors"][-1]}
+                    break
+                trace = {
+                    "config": cfg.name,
+                    "invariant": name,
+                    "kind": "liveness" if res["violated"] == "temporal" else "safety",
+                    "tlc_version": res["version"],
+                    "constants": result["constants"],
+                    "loop_to": res["loop_to"],
+                    "states": res["trace"],
+                }
+                tfile = None
+                if opts.write:
+                    TRACES.mkdir(parents=True, exist_ok=True)
+                    tfile = TRACES / f"{cfg.name}__{name}.json"
+                    tfile.write_text(json.dumps(trace, indent=1) + "\n")
+                outcomes[name] = {
+                    "outcome": "V",
+                    "trace_length": len(res["trace"]),
+                    "trace": str(tfile.relative_to(ROOT)) if tfile else None,
+                    "actions": [s["action"] for s in res["trace"]],
+                }
+                props = [p for p in props if p != name]
+                if r.purpose != "hold":
+                    break
+                continue
+            if res["errors"]:
+                for p in props:
+                    outcomes[p] = {"outcome": "error", "error": "; ".join(res["errors"])[:500]}
+                break
+            for p in props:
+                outcomes[p] = {"outcome": "hold"}
+            break
+
+    rows = [
+        i
+        for i in cat.invariants.values()
+        if "M" in i.layers and i.spec == cfg.spec and (i.kind == cfg.kind or cfg.broken)
+    ]
+    for inv in rows:
+        if cfg.broken:
+            if cfg.broken not in inv.broken_by:
+                continue
+            pred = "V"
+        else:
+            pred = cat.predict(inv.name, cfg)
+        o = outcomes.get(inv.name, {"outcome": "n/a" if pred == "n/a" else "not run"})
+        entry = {"predicted": pred, **o}
+        if o["outcome"] == "hold" and not cfg.broken:
+            wit = [w for w in inv.witnesses if w in reached]
+            entry["witnesses_reached"] = wit
+            if not wit:
+                entry["outcome"] = "hold (vacuous)"
+        entry["agree"] = entry["outcome"] == pred
+        result["invariants"][inv.name] = entry
+    for w in wits_wanted:
+        result["witnesses"][w] = {"predicted": cat.predict(w, cfg), "reached": w in reached}
+    done = [r for r in result["runs"]]
+    result["distinct"] = sum(r["distinct"] or 0 for r in done)
+    result["depth"] = max((r["depth"] or 0 for r in done), default=0)
+    result["seconds"] = round(sum(r["seconds"] for r in done), 1)
+    result["tlc_version"] = next((r["tlc_version"] for r in done if r["tlc_version"]), None)
+    result["errors"] = [e for r in done for e in r["errors"]]
+    return result
+
+
+# ---------------------------------------------------------------------- report
+def load_explanations() -> dict[str, str]:
+    if not EXPLAIN.exists():
+        return {}
+    import yaml
+
+    data = yaml.safe_load(EXPLAIN.read_text()) or {}
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def disagreements(results: list[dict], explain: dict[str, str]) -> list[dict]:
+    out = []
+    for r in results:
+        for name, e in r["invariants"].items():
+            if not e["agree"]:
+                key = f"{r['name']}/{name}"
+                out.append({
+                    "config": r["name"], "invariant": name, "predicted": e["predicted"],
+                    "outcome": e["outcome"], "explanation": explain.get(key, "UNEXPLAINED"),
+                })  # fmt: skip
+        for w, e in r["witnesses"].items():
+            if e["predicted"] == "reach" and not e["reached"]:
+                key = f"{r['name']}/{w}"
+                out.append({
+                    "config": r["name"], "invariant": w, "predicted": "reach",
+                    "outcome": "not reached", "explanation": explain.get(key, "UNEXPLAINED"),
+                })  # fmt: skip
+        for err in r["errors"]:
+            out.append({"config": r["name"], "invariant": "-", "predicted": "-",
+                        "outcome": "error", "explanation": err[:300]})  # fmt: skip
+    return out
+
+
+def _cell(e: dict) -> str:
+    o = e["outcome"]
+    if o == "V" and e.get("trace_length"):
+        o = f"V ({e['trace_length']} states)"
+    return o if e["agree"] else f"**{o}** ✗"
+
+
+def git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True).stdout.strip()  # fmt: skip
+        return sha or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def write_report(cat, results: list[dict], wall: float, opts) -> None:
+    explain = load_explanations()
+    dis = disagreements(results, explain)
+    version = next((r["tlc_version"] for r in results if r["tlc_version"]), "unknown")
+    doc = {
+        "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "tlc_version": version,
+        "label": "model check for the stated constants, not a proof of the Python or SQL",
+        "assumptions": ASSUMPTIONS,
+        "wall_seconds": round(wall, 1),
+        "jobs": opts.jobs,
+        "workers_per_run": opts.workers,
+        "configs": results,
+        "disagreements": dis,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "runtime_tlc.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+    md = ["# TLC results: Runtime.tla and Signals.tla", ""]
+    md += [
+        "Model check for the stated constants, not a proof of the Python or SQL.",
+        f"Generated by `make tlc` (`python -m prove.tlc`) at {doc['generated_at']}, commit "
+        f"{doc['git_commit']}; {version}; {opts.jobs} TLC processes at a time, "
+        f"{opts.workers} worker each; wall time {wall / 60:.1f} min.",
+        "",
+        f"Assumptions: {ASSUMPTIONS}",
+        "",
+        "Predictions come from `models/catalog.yaml` (spec 10.6 as revised by DESIGN B10); the "
+        "configs from `models/matrix.yaml`. Key: hold = no counterexample; V = violated, with "
+        "the shortest trace (BFS) saved under `results/tlc_traces/`; n/a = not applicable to "
+        "the mode or tier; **bold ✗** = disagreement with the prediction.",
+        "",
+        "## Summary",
+        "",
+        "| config | mode | tier | events | toggles / broken | distinct states | depth | time (s) "
+        "| agree | disagree |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        agree = sum(1 for e in r["invariants"].values() if e["agree"])
+        bad = sum(1 for d in dis if d["config"] == r["name"])
+        tb = ", ".join(r["toggles"] + ([f"BROKEN {r['broken']}"] if r["broken"] else [])) or "-"
+        if r["kind"] == "liveness":
+            tb = (tb + ", " if tb != "-" else "") + "liveness (URGENT)"
+        md.append(
+            f"| {r['name']} | {r['mode']} | {r['tier'] or '-'} | {', '.join(r['events']) or '-'} "
+            f"| {tb} | {r['distinct']:,} | {r['depth']} | {r['seconds']} | {agree} | {bad} |"
+        )
+    md += ["", "## Disagreements", ""]
+    if not dis:
+        md.append(
+            "None: every outcome matches its prediction, and every hold has a reached witness."
+        )
+    for d in dis:
+        md.append(
+            f"- **{d['config']} / {d['invariant']}**: predicted {d['predicted']}, "
+            f"outcome {d['outcome']}. {d['explanation']}"
+        )
+    md += ["", "## Broken configs (each must produce a counterexample on its named invariant)", ""]
+    md += ["| broken config | invariant | outcome | trace | actions |", "|---|---|---|---|---|"]
+    for r in results:
+        if not r["broken"]:
+            continue
+        for name, e in r["invariants"].items():
+            acts = " → ".join(e.get("actions", [])[1:])
+            md.append(f"| {r['broken']} | {name} | {_cell(e)} | {e.get('trace') or '-'} | {acts} |")
+    md += ["", "## Per config", ""]
+    for r in results:
+        if r["broken"]:
+            continue
+        md += [f"### {r['name']}", ""]
+        if r["why"]:
+            md += [r["why"], ""]
+        consts = ", ".join(f"{k} = {v}" for k, v in r["constants"].items())
+        md += [f"Constants: {consts}.", ""]
+        md += ["| invariant | prediction | outcome | witnesses reached |", "|---|---|---|---|"]
+        for name, e in r["invariants"].items():
+            w = ", ".join(e.get("witnesses_reached", [])) or "-"
+            md.append(f"| {name} | {e['predicted']} | {_cell(e)} | {w} |")
+        if r["witnesses"]:
+            miss = [w for w, e in r["witnesses"].items() if not e["reached"]]
+            got = [w for w, e in r["witnesses"].items() if e["reached"]]
+            md += ["", f"Witnesses reached: {', '.join(got) or 'none'}."]
+            if miss:
+                md.append(f"Not reached: {', '.join(miss)}.")
+        md.append("")
+    (RESULTS / "runtime_tlc.md").write_text("\n".join(md) + "\n")
+
+
+# ---------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="only the configs marked quick")
+    ap.add_argument("--only", nargs="*", help="config names")
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("TLC_JOBS", "2")))
+    ap.add_argument("--workers", type=int, default=int(os.environ.get("TLC_WORKERS", "1")))
+    ap.add_argument("--heap", default=os.environ.get("TLC_HEAP", "3g"))
+    ap.add_argument("--timeout", type=int, default=int(os.environ.get("TLC_TIMEOUT", "2400")))
+    ap.add_argument("--no-write", dest="write", action="store_false", default=None)
+    opts = ap.parse_args(argv)
+    if opts.write is None:
+        opts.write = not opts.quick and not opts.only
+    try:
+        cat = catalog_mod.load()
+    except catalog_mod.CatalogError as e:
+        print(f"tlc: {e}", file=sys.stderr)
+        return 2
+    configs = cat.configs
+    if opts.quick:
+        configs = [c for c in configs if c.quick]
+    if opts.only:
+        unknown = set(opts.only) - {c.name for c in configs}
+        if unknown:
+            print(f"tlc: unknown config(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 2
+        configs = [c for c in configs if c.name in opts.only]
+    if opts.write:
+        gen_cfg.generate(cat)  # every .cfg of the matrix, fresh
+    scratch = None if opts.write else tempfile.TemporaryDirectory(prefix="tlc-cfg-")
+    outdir = gen_cfg.GENERATED if scratch is None else Path(scratch.name)
+    log(f"tlc: {len(configs)} configs, {opts.jobs} at a time, {opts.workers} worker(s) each")
+    t0 = time.monotonic()
+    # the biggest explorations first, so the two slots finish together
+    order = sorted(
+        configs,
+        key=lambda c: (c.broken is not None, c.kind == "liveness", -int(c.constants.get("MaxClock", 0)), -len(c.events)),
+    )  # fmt: skip
+    with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+        futs = {c.name: pool.submit(check_config, cat, c, opts, outdir) for c in order}
+        by_name = {n: f.result() for n, f in futs.items()}
+    results = [by_name[c.name] for c in configs]
+    if scratch is not None:
+        scratch.cleanup()
+    wall = time.monotonic() - t0
+    if opts.write:
+        write_report(cat, results, wall, opts)
+        if TRACES.exists():
+            keep = {f"{r['name']}__{n}.json" for r in results for n in r["invariants"]}
+            for f in TRACES.glob("*.json"):
+                if f.name not in keep:
+                    f.unlink()
+    dis = disagreements(results, load_explanations())
+    log("")
+    log(f"{'config':34} {'states':>12} {'depth':>5} {'time':>7}  result")
+    for r in results:
+        bad = [d for d in dis if d["config"] == r["name"]]
+        log(
+            f"{r['name']:34} {r['distinct']:>12,} {r['depth']:>5} {r['seconds']:>6}s  "
+            + ("ok" if not bad else "; ".join(f"{d['invariant']}: {d['outcome']}" for d in bad))
+        )
+    log(f"tlc: {len(dis)} disagreement(s), wall {wall:.0f}s")
+    for d in dis:
+        log(f"  {d['config']}/{d['invariant']}: predicted {d['predicted']}, got {d['outcome']}"
+            f" - {d['explanation']}")  # fmt: skip
+    return 1 if dis else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
