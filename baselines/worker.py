@@ -56,6 +56,7 @@ async def _connect(address: str, namespace: str, timeout: float, identity: str) 
 
 async def run(args: argparse.Namespace) -> int:
     identity = f"{args.id}@{os.getpid()}"
+    client = await _connect(args.address, args.namespace, args.connect_timeout, identity)
     activities = refund.configure(
         mode=args.mode,
         target_url=args.target_url,
@@ -67,7 +68,6 @@ async def run(args: argparse.Namespace) -> int:
         worker=args.id,
         http_timeout=args.http_timeout,
     )
-    client = await _connect(args.address, args.namespace, args.connect_timeout, identity)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -129,4 +129,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Leave without interpreter finalization: the SDK's core (Rust) threads can still hold the
+    # GIL machinery then, and a failed connect sometimes ended in "Fatal Python error:
+    # PyGILState_Release" (SIGABRT) instead of our exit status. Nothing is left to flush.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -7,6 +7,7 @@ spec 2.2 (ILR_KILL_AT in the worker's environment).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -20,8 +21,10 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
-from baselines import MODES
+from baselines import MODES, refund
 from baselines.client import BaselineClient, reset_to_before_decision_cli
 from baselines.refund import activity_source, read_attempts, refund_temporal_check
 from interlock_runtime import db, local_postgres
@@ -33,6 +36,8 @@ from prove.temporal_server import TemporalDevServer
 REPO = Path(__file__).resolve().parents[2]
 PAY = "pay_881"
 GRANT = "grant-4471"
+REVOKED = "grant-revoked"
+NO_CAP = "grant-no-cap"
 
 
 # -- module-wide services
@@ -43,7 +48,7 @@ def temporal(tmp_path_factory):
     server = TemporalDevServer(tmp_path_factory.mktemp("temporal") / "temporal.db")
     server.start()
     yield server
-    server.stop()
+    server.kill()  # throwaway state: no need for the few seconds of a clean shutdown
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +79,11 @@ def grants_dsn():
         with db.connect(dsn) as conn:
             db.apply_schema(conn)
             conn.execute(
-                "insert into ilr.grants (id, principal, action, max_cents, granted_by)"
-                " values (%s, 'refund-agent', 'refund', 2000, 'test')",
-                (GRANT,),
+                "insert into ilr.grants (id, principal, action, max_cents, granted_by, revoked_at)"
+                " values (%s, 'refund-agent', 'refund', 2000, 'test', null),"
+                " (%s, 'refund-agent', 'refund', 2000, 'test', now()),"
+                " (%s, 'refund-agent', 'refund', null, 'test', null)",
+                (GRANT, REVOKED, NO_CAP),
             )
         yield dsn
     finally:
@@ -113,7 +120,7 @@ def workers(tmp_path, temporal, stub, grants_dsn):
     started: list[Worker] = []
 
     def spawn(mode: str, tier: int, target_url: str, task_queue: str, wid: str,
-              kill_at: str = "") -> Worker:  # fmt: skip
+              kill_at: str = "", extra: tuple[str, ...] = ()) -> Worker:  # fmt: skip
         env = dict(os.environ, ILR_KILL_AT=kill_at)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         stderr_path = tmp_path / f"{wid}.stderr"
@@ -121,7 +128,7 @@ def workers(tmp_path, temporal, stub, grants_dsn):
                "--task-queue", task_queue, "--mode", mode, "--target-url", target_url,
                "--payment", PAY, "--tier", str(tier), "--model-url", stub.url,
                "--grants-dsn", grants_dsn, "--attempt-log", str(tmp_path / "attempts.jsonl"),
-               "--id", wid]  # fmt: skip
+               "--id", wid, *extra]  # fmt: skip
         with open(stderr_path, "w") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
                                     cwd=REPO)  # fmt: skip
@@ -178,12 +185,102 @@ def test_activity_bodies_are_quotable_as_run():
     assert set(MODES) == {"temporal_idem", "temporal_check"}
 
 
+@pytest.fixture
+def in_process(tmp_path, grants_dsn, target, stub):
+    """The refund activity of a mode run in this process (temporalio's ActivityEnvironment, no
+    server): the check logic and the attempt log without worker startup costs."""
+    saved = {k: getattr(refund, k) for k in ("http_target", "grants_db", "model", "attempt_log")}
+
+    def make(mode: str, tier: int, **info):
+        t, admin = target(tier)
+        acts = refund.configure(mode=mode, target_url=t.url, payment=PAY, tier=tier,
+                                model_url=stub.url, grants_dsn=grants_dsn,
+                                attempt_log_path=str(tmp_path / "attempts.jsonl"),
+                                worker="w-inproc")  # fmt: skip
+        env = ActivityEnvironment()
+        env.info = dataclasses.replace(env.info, **info)
+
+        def run(req: dict, **more):
+            env.info = dataclasses.replace(env.info, **more)
+            return env.run(acts[1], {"payment": PAY, **req})
+
+        return run, admin
+
+    yield make
+    for k, v in saved.items():
+        setattr(refund, k, v)
+
+
+def _last_attempt(tmp_path: Path) -> dict:
+    return read_attempts(tmp_path / "attempts.jsonl")[-1]
+
+
+def test_check_refuses_a_revoked_grant_at_tier3(in_process, tmp_path):
+    run, admin = in_process("temporal_check", 3, workflow_id="wf-revoked")
+    with pytest.raises(ApplicationError, match="not authorized") as e:
+        run({"amount": 2000, "approved_amount": 2000, "grant_id": REVOKED})
+    assert e.value.non_retryable
+    assert admin.ledger()["refunds"] == [] and admin.log(path="/refunds") == []
+    a = _last_attempt(tmp_path)
+    assert a["outcome"] == "raised" and a["retryable"] is False
+    assert "lookup" not in a["checks"]  # tier 3 has no lookup
+    assert a["checks"]["grant"]["passed"] is False and a["checks"]["grant"]["row"]["revoked_at"]
+
+
+def test_check_refuses_an_amount_other_than_approved(in_process, tmp_path):
+    run, admin = in_process("temporal_check", 2, workflow_id="wf-amount")
+    with pytest.raises(ApplicationError, match="amount differs from approval"):
+        run({"amount": 3000, "approved_amount": 2000, "grant_id": NO_CAP})
+    assert admin.ledger()["refunds"] == []
+    checks = _last_attempt(tmp_path)["checks"]
+    assert checks["lookup"]["found"] is None and checks["grant"]["passed"] is True
+    assert checks["amount"] == {"amount": 3000, "approved_amount": 2000, "passed": False}
+
+
+def test_check_refuses_when_not_eligible(in_process, tmp_path):
+    run, admin = in_process("temporal_check", 2, workflow_id="wf-eligible")
+    admin.hand_refund(PAY, 9000)
+    with pytest.raises(ApplicationError, match="not eligible"):
+        run({"amount": 2000, "approved_amount": 2000, "grant_id": GRANT})
+    assert [r["source"] for r in admin.ledger()["refunds"]] == ["hand"]
+    checks = _last_attempt(tmp_path)["checks"]
+    assert checks["amount"]["passed"] and checks["grant"]["passed"]
+    assert checks["eligibility"]["passed"] is False
+    assert checks["eligibility"]["payment"]["refunded_total"] == 9000
+
+
+def test_idem_retry_reuses_the_key_and_tier1_replays(in_process, tmp_path):
+    run, admin = in_process("temporal_idem", 1, workflow_run_id="run-1", activity_id="2")
+    req = {"amount": 2000, "approved_amount": 2000, "grant_id": GRANT}
+    first = run(req, attempt=1)
+    second = run(req, attempt=2)
+    assert first["key"] == second["key"] == "run-1-2"
+    assert first["replayed"] is False and second["replayed"] is True
+    assert len(admin.ledger()["refunds"]) == 1
+    assert [p["epoch"] for p in admin.log(path="/refunds", method="POST")] == ["1", "2"]
+    with pytest.raises(ApplicationError, match="key_reused") as e:  # same key, other amount
+        run({**req, "amount": 3000}, attempt=3)
+    assert e.value.type == "TargetRejected" and e.value.non_retryable
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_happy_path_tier1_refunds_once(mode, tmp_path, target, workers, client):
+def test_happy_path_tier1_then_reset_before_decision(mode, tmp_path, target, workers, client, stub):
+    """Part 1, the happy path at tier 1: one decision (2000), the approval, exactly one refund
+    of 2000 in the ledger under the mode's key, one refund attempt in the attempt log.
+
+    Part 2 (spec 11.3 S05 shape, one seed, no kill), on the same worker: a reset to the first
+    workflow task re-runs the decision, and the model (EMULATED) now answers 3000; the approve
+    signal {2000} is reapplied to the new run. (a) resets through the SDK, (b) through
+    `temporal workflow reset --type FirstWorkflowTask`. Measured: (a) refunds again, 3000
+    under the new run's key (total $50, as spec 11.3 predicts); (b) the new run's lookup by
+    `{workflow_id}-refund` finds the first refund and returns it before the amount check would
+    refuse 3000 != 2000 (total $20).
+    """
     t, admin = target(1)
     wf_id, tq = _ids(mode)
     workers(mode, 1, t.url, tq, f"w-{mode}")
-    run_id = client.start_refund(wf_id, tq, sleep_seconds=0.2)
+    case = f"case-{uuid.uuid4().hex[:6]}"
+    run_id = client.start_refund(wf_id, tq, case=case, sleep_seconds=0.2)
     client.approve(wf_id, 2000, GRANT)
     result = client.wait_result(wf_id, timeout=60)
 
@@ -215,6 +312,29 @@ def test_happy_path_tier1_refunds_once(mode, tmp_path, target, workers, client):
     assert "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED" in kinds
     assert client.describe(wf_id)["status"] == "COMPLETED"
 
+    # Part 2: reset to before the decision, with re-decision on.
+    stub.configure(redecide=True)
+    try:
+        if mode == "temporal_idem":
+            new_run = client.reset_to_before_decision(wf_id, run_id)
+        else:
+            new_run = reset_to_before_decision_cli(client.address, wf_id, run_id)
+        assert new_run and new_run != run_id
+        result = client.wait_result(wf_id, timeout=60)
+    finally:
+        stub.configure(redecide=False)
+    assert result["run_id"] == new_run and result["decision"]["amount"] == 3000
+    assert result["approval"] == {"amount": 2000, "grant_id": GRANT}  # the reapplied signal
+    assert [c["amount"] for c in stub.calls(case)] == [2000, 3000]
+    retry = _refund_attempts(tmp_path, wf_id)[-1]
+    assert retry["run_id"] == new_run
+    if mode == "temporal_idem":
+        assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000, 3000]
+        assert retry["key"] == f"{new_run}-2"
+    else:
+        assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
+        assert retry["checks"]["lookup"]["found"] and "send" not in retry["phases"]
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
@@ -230,7 +350,10 @@ def test_kill_after_send_tier2(mode, tmp_path, target, workers, client):
     """
     t, admin = target(2)
     wf_id, tq = _ids(mode)
-    doomed = workers(mode, 2, t.url, tq, f"w-{mode}-1", kill_at="effect_after_send")
+    # The dead worker's sticky queue holds the workflow's next task for its sticky timeout
+    # (SDK default 10 s) before the fresh worker gets it: 2 s here only to keep the test short.
+    doomed = workers(mode, 2, t.url, tq, f"w-{mode}-1", kill_at="effect_after_send",
+                     extra=("--sticky-timeout", "2"))  # fmt: skip
     client.start_refund(wf_id, tq, sleep_seconds=0.2)
     client.approve(wf_id, 2000, GRANT)
     assert doomed.proc.wait(timeout=60) == -9, doomed.stderr()  # a real SIGKILL
@@ -264,43 +387,13 @@ def test_kill_after_send_tier2(mode, tmp_path, target, workers, client):
     assert admin.payment(PAY)["refunded_total"] == sum(r["amount"] for r in refunds)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", MODES)
-def test_reset_before_decision_with_redecide(mode, tmp_path, target, workers, client, stub):
-    """spec 11.3 S05 shape, one seed, tier 1, no kill: after the refund, a reset to the first
-    workflow task re-runs the decision, and the model (EMULATED) now answers 3000; the approve
-    signal {2000} is reapplied to the new run. (a) resets through the SDK, (b) through
-    `temporal workflow reset --type FirstWorkflowTask`.
+def test_worker_without_a_server_exits_with_a_message(tmp_path):
+    from prove.temporal_server import free_port
 
-    Measured: (a) refunds again, 3000 under the new run's key (total $50, as spec 11.3
-    predicts); (b) the new run's lookup by `{workflow_id}-refund` finds the first refund and
-    returns it before the amount check would refuse 3000 != 2000 (total $20).
-    """
-    t, admin = target(1)
-    wf_id, tq = _ids(mode)
-    workers(mode, 1, t.url, tq, f"w-{mode}-reset")
-    case = f"case-{uuid.uuid4().hex[:6]}"
-    first_run = client.start_refund(wf_id, tq, case=case, sleep_seconds=0.2)
-    client.approve(wf_id, 2000, GRANT)
-    client.wait_result(wf_id, timeout=60)
-    stub.configure(redecide=True)
-    try:
-        if mode == "temporal_idem":
-            new_run = client.reset_to_before_decision(wf_id, first_run)
-        else:
-            new_run = reset_to_before_decision_cli(client.address, wf_id, first_run)
-        assert new_run and new_run != first_run
-        result = client.wait_result(wf_id, timeout=60)
-    finally:
-        stub.configure(redecide=False)
-    assert result["run_id"] == new_run and result["decision"]["amount"] == 3000
-    assert result["approval"] == {"amount": 2000, "grant_id": GRANT}  # the reapplied signal
-    assert [c["amount"] for c in stub.calls(case)] == [2000, 3000]
-    retry = _refund_attempts(tmp_path, wf_id)[-1]
-    assert retry["run_id"] == new_run
-    if mode == "temporal_idem":
-        assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000, 3000]
-        assert retry["key"] == f"{new_run}-2"
-    else:
-        assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
-        assert retry["checks"]["lookup"]["found"] and "send" not in retry["phases"]
+    cmd = [sys.executable, "-m", "baselines.worker", "--address", f"127.0.0.1:{free_port()}",
+           "--task-queue", "tq", "--mode", "temporal_idem", "--target-url", "http://127.0.0.1:9",
+           "--payment", PAY, "--tier", "1", "--model-url", "http://127.0.0.1:9", "--id", "w",
+           "--connect-timeout", "1"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 2 and "cannot reach the Temporal server" in out.stderr
+    assert out.stdout == ""
