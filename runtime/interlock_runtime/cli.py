@@ -9,6 +9,11 @@
     interlock signal ID NAME [--payload JSON] [--sender WHO]
     interlock cancel ID [--by WHO]
     interlock drain-report [--json]
+    interlock receipt EFFECT_ID [--key-env NAME] > bundle.json
+    interlock verify FILE [--key-env NAME | --key-file F] [--json]
+    interlock ambiguous [--json]
+    interlock reconcile EFFECT_ID --evidence TEXT --by WHO
+    interlock revoke GRANT_ID --by WHO
 
 Every verb takes --dsn (default: ILR_DSN, else the project's own cluster).
 """
@@ -173,6 +178,52 @@ def _drain_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _receipt_key(args: argparse.Namespace) -> bytes | None:
+    """Receipt keys come from the environment, never from the database."""
+    import os
+
+    name = args.key_env or ("ILR_RECEIPT_KEY" if os.environ.get("ILR_RECEIPT_KEY") else None)
+    if name is None:
+        return None
+    if not os.environ.get(name):
+        raise SystemExit(f"interlock receipt: environment variable {name} is not set")
+    return os.environ[name].encode()
+
+
+def _receipt(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        bundle = rt.receipt(args.effect_id, key=_receipt_key(args))
+    _dump(bundle)
+    return 0
+
+
+def _ambiguous(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        rows = rt.ambiguous()
+    if args.json:
+        _dump(rows)
+    else:
+        print_table(rows, ["effect_id", "workflow_id", "target", "tier", "payload", "sends",
+                           "first_dispatched_at", "reconciled"])  # fmt: skip
+    return 0
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        rt.reconcile(args.effect_id, args.evidence, by=args.by)
+    print(f"reconciled {args.effect_id} (attested by {args.by}; the journal is unchanged)")
+    return 0
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        still_open = rt.revoke(args.grant_id, by=args.by)
+    print(f"revoked {args.grant_id}; effects that may still land: {len(still_open)}")
+    for eid in still_open:
+        print(f"  {eid}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="interlock", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -221,6 +272,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     p.add_argument("--by")
     verb("drain-report", _drain_report, "workflows by name, version and status")
+    p = verb("receipt", _receipt, "print an effect's receipt bundle (JSON)", json_flag=False)
+    p.add_argument("effect_id")
+    p.add_argument("--key-env", help="sign with the key in this environment variable")
+    verb("ambiguous", _ambiguous, "effects waiting for a human to reconcile")
+    p = verb("reconcile", _reconcile, "attest the outcome of an AMBIGUOUS effect", json_flag=False)
+    p.add_argument("effect_id")
+    p.add_argument("--evidence", required=True)
+    p.add_argument("--by", required=True)
+    p = verb("revoke", _revoke, "revoke a grant; lists the effects that may still land",
+             json_flag=False)  # fmt: skip
+    p.add_argument("grant_id")
+    p.add_argument("--by", required=True)
+    sub.add_parser("verify", help="verify a receipt bundle file (see `interlock verify --help`)",
+                   add_help=False)  # fmt: skip
     return parser
 
 
@@ -228,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:  # the worker parses its own flags
         return _worker(argv[1:])
+    if argv[:1] == ["verify"]:  # so does the receipt verifier
+        from .receipts import main as verify_main
+
+        return verify_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

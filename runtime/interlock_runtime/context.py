@@ -394,6 +394,23 @@ class WorkflowContext:
         if run.fenced or time.monotonic() >= run.local_deadline:
             self._raise(Fenced(f"{run.workflow_id}: claim lost before the model call"))
 
+    # -- gated effects ----------------------------------------------------------------------
+
+    def effect(self, target: Any, key: str, payload: Any, premises: Any, grant: str,
+               name: str | None = None, local_premises: Any = (), compensation: bool = False,
+               raise_on_refusal: bool = False, action: str | None = None,
+               decision: Any = None) -> Any:  # fmt: skip
+        """Send an external effect through the gate (spec 5.7); returns an EffectResult.
+
+        At most once per `key` at tiers 1 and 2, only under the live `grant`, only while
+        `premises` (what the decision assumed) still hold, journaled in a verifiable receipt."""
+        from .effects import run_effect
+
+        return run_effect(self, target, key, payload, premises, grant, name=name,
+                          local_premises=local_premises, compensation=compensation,
+                          raise_on_refusal=raise_on_refusal, action=action,
+                          decision=decision)  # fmt: skip
+
     # -- timers and signals -----------------------------------------------------------------
 
     def sleep(self, seconds: float, name: str = "sleep") -> None:

@@ -128,3 +128,8 @@ def to_json_text(value: Any, what: str) -> str:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{what} is not JSON-serializable: {exc}") from None
+
+
+def json_value(value: Any, what: str) -> Any:
+    """The value as it will read back from jsonb (tuples become lists, ...); TypeError if not JSON."""
+    return None if value is None else json.loads(to_json_text(value, what))

@@ -9,14 +9,16 @@ import json
 import re
 import threading
 import time
+import uuid
 from typing import Any
 
 import psycopg
 
-from . import db, local_postgres
+from . import db, journal, local_postgres, receipts
 from .errors import (
     CodeChanged,
     InvalidInput,
+    Suspend,
     UnknownWorkflow,
     WorkflowConflict,
     WorkflowFailed,
@@ -142,6 +144,7 @@ class Runtime:
             raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
         row["steps"] = self._execute(db.query("load_steps"), {"wf": wf_id}).fetchall()
         row["claims"] = self.claim_history(wf_id)
+        row["effects"] = self.effects(wf_id)
         return row
 
     def claim_history(self, wf_id: str) -> list[dict]:
@@ -229,6 +232,122 @@ class Runtime:
             self._conn.execute(db.query("copy_steps_for_fork"), params)
             self._conn.execute(db.query("notify_ready"), {"id": new_id})
         return new_id
+
+    # -- authority ----------------------------------------------------------------------------
+
+    def grant(self, principal: str, action: str, max_cents: int | None = None,
+              expires_in: float | None = None, by: str | None = None,
+              grant_id: str | None = None) -> str:  # fmt: skip
+        """A policy grant: `principal` may perform `action` up to max_cents until it expires."""
+        if not by:
+            raise InvalidInput("grant(by=...) is required: who grants this authority")
+        gid = check_id(grant_id or f"grant_{uuid.uuid4().hex[:16]}", "grant id")
+        params = {"id": gid, "principal": principal, "action": action, "max_cents": max_cents,
+                  "payload_hash": None, "facts_seen": None, "by": by, "expires_in": expires_in}  # fmt: skip
+        try:
+            self._execute(db.query("insert_grant"), params)
+        except psycopg.errors.UniqueViolation:
+            raise WorkflowConflict(f"grant id {gid!r} already exists") from None
+        return gid
+
+    def approve(self, wf_id: str, payload: Any, facts_seen: Any, by: str,
+                expires_in: float | None = None, action: str = "refund",
+                principal: str | None = None) -> str:  # fmt: skip
+        """A human approval, in one transaction: a grant bound to exactly this payload (its hash)
+        and the facts the approver saw, plus the `approve` signal {grant_id, payload,
+        facts_seen} that wakes the workflow."""
+        if not by:
+            raise InvalidInput("approve(by=...) is required: who approves")
+        body = json.loads(_input_text({"payload": payload, "facts_seen": facts_seen}, "approval"))
+        gid = f"grant_{uuid.uuid4().hex[:16]}"
+        with self._lock, self._conn.transaction():
+            _lock_live(self._conn, wf_id, "approved")
+            self._conn.execute(db.query("insert_grant"), {
+                "id": gid, "principal": principal or f"workflow:{wf_id}", "action": action,
+                "max_cents": None, "payload_hash": journal.payload_hash(body["payload"]),
+                "facts_seen": db.jsonb(body["facts_seen"]), "by": by, "expires_in": expires_in})  # fmt: skip
+            signal_in(self._conn, wf_id, "approve", {"grant_id": gid, **body}, sender=by)
+        return gid
+
+    def revoke(self, grant_id: str, by: str | None = None) -> list[str]:
+        """Revoke a grant. Returns exactly the effects that may still land: those dispatched
+        under it before the revoke committed. No later dispatch or resend can use it."""
+        with self._lock, self._conn.transaction():
+            return revoke_in(self._conn, grant_id, by)
+
+    def ambiguous(self) -> list[dict]:
+        """Effects whose outcome cannot be known from the target: a human must reconcile."""
+        return self._execute(db.query("ambiguous_effects")).fetchall()
+
+    def reconcile(self, effect_id: str, evidence: str, by: str) -> None:
+        """Attach a human's attestation to an AMBIGUOUS effect (never written into the journal)."""
+        if not by or not evidence:
+            raise InvalidInput("reconcile needs evidence and by (who attests)")
+        value = {
+            "evidence": evidence,
+            "by": by,
+            "at": self._execute(db.query("db_now")).fetchone()["now"].isoformat(),
+        }
+        if self._execute(db.query("reconcile_effect"),
+                         {"eid": effect_id, "reconciled": db.jsonb(value)}).fetchone() is None:  # fmt: skip
+            raise WorkflowConflict(f"effect {effect_id!r} is not AMBIGUOUS (or does not exist)")
+
+    def receipt(self, effect_id: str, key: bytes | None = None) -> dict:
+        """The effect's journal as a verifiable bundle (HMAC-signed when a key is given)."""
+        entries = [json.loads(r["body"]) for r in
+                   self._execute(db.query("journal_entries"), {"eid": effect_id})]  # fmt: skip
+        if not entries:
+            raise WorkflowNotFound(f"no journal for effect {effect_id!r}")
+        eff = self._execute(db.query("get_effect"), {"eid": effect_id}).fetchone()
+        return receipts.bundle(entries, effect_id, key, late_result=eff["late_result"],
+                               reconciled=eff["reconciled"])  # fmt: skip
+
+    def effects(self, wf_id: str) -> list[dict]:
+        return self._execute(db.query("effects_of_workflow"), {"wf": wf_id}).fetchall()
+
+    def recover_orphans(self, targets: dict[str, Any], lease_ttl: float = 30.0) -> list[dict]:
+        """Resolve effects left dispatched by stuck, failed or cancelled workflows, under a
+        synthetic claim (owner $recovery); journal and effects rows only, then the workflow's
+        previous status is restored. `targets` maps target names to target objects."""
+        from .context import Run, WorkflowContext
+        from .effects import resolve_orphan
+
+        done = []
+        for orphan in self._execute(db.query("orphaned_effects")).fetchall():
+            target = targets.get(orphan["target"])
+            if target is None:
+                done.append({**orphan, "outcome": "skipped: no target object for this name"})
+                continue
+            with self._lock:
+                conn = self._conn
+                claim = conn.execute(db.query("orphan_claim"),
+                                     {"wf": orphan["workflow_id"], "ttl": lease_ttl}).fetchone()  # fmt: skip
+                if claim is None:
+                    continue
+                run = Run(claim["id"], claim["name"], claim["version"], claim["input"],
+                          claim["epoch"], None, 0, None, lease_ttl, time.monotonic() + lease_ttl)  # fmt: skip
+                ctx = WorkflowContext(run, conn, [], "$recovery")
+                try:
+                    eff = conn.execute(
+                        db.query("get_effect"), {"eid": orphan["effect_id"]}
+                    ).fetchone()
+                    outcome = resolve_orphan(ctx, target, eff)
+                    status = outcome.status if outcome else "retry later"
+                except Suspend:
+                    status = "still open: resend outcome unknown, recovery comes back later"
+                finally:
+                    conn.execute(db.query("orphan_restore"), {"wf": claim["id"],
+                                 "epoch": claim["epoch"], "status": claim["prev_status"]})  # fmt: skip
+            done.append({**orphan, "outcome": status})
+        return done
+
+
+def revoke_in(conn: psycopg.Connection, grant_id: str, by: str | None = None) -> list[str]:
+    """The body of rt.revoke inside the caller's transaction (race tests hold it open)."""
+    if conn.execute(db.query("revoke_grant"), {"grant": grant_id, "by": by}).fetchone() is None:
+        raise WorkflowNotFound(f"no grant with id {grant_id!r}; nothing was revoked")
+    rows = conn.execute(db.query("effects_still_open_under_grant"), {"grant": grant_id})
+    return [r["effect_id"] for r in rows]
 
 
 def _lock_live(conn: psycopg.Connection, wf_id: str, what: str) -> dict:

@@ -183,3 +183,54 @@ def forkable(ctx, inp):
         ctx.step(name, log_invocation, inp["log"], name, ctx.worker_id, ctx.epoch, 0)["step"]
         for name in ("a", "b", "c")
     ]
+
+
+# -- gated effects (test_effects.py) ----------------------------------------------------------
+
+from prove.target_client import LocalRefunds  # noqa: E402
+
+
+def refund_target(case: dict) -> LocalRefunds:
+    return LocalRefunds(case["target_url"], case["payment"], case["tier"],
+                        send_timeout=case.get("send_timeout", 2.5),
+                        settle_margin=case.get("settle_margin", 1.0),
+                        queryable=case.get("queryable"))  # fmt: skip
+
+
+@workflow(name="refund", version="1")
+def refund(ctx, case):
+    """The case of DESIGN B11, shortened: decide, wait for approval, refund through the gate."""
+    target = refund_target(case)
+    decision = ctx.decide("pick_amount", stub_model, {"case": case["id"]}, premises=target.capture)
+    approval = ctx.wait_signal("approve", timeout=case.get("approval_timeout", 600))
+    if approval is None:
+        return {"status": "approval expired"}
+    local = [(fn, args) for fn, args in case.get("local_premises", [])]
+    r = ctx.effect(target, key=f"refund:{case['id']}", payload=approval["payload"],
+                   premises=approval["facts_seen"], grant=approval["grant_id"],
+                   local_premises=local, decision=decision.ref)  # fmt: skip
+    return {"status": r.status, "effect_id": r.effect_id, "result": r.result}
+
+
+@workflow(name="policy_refund", version="1")
+def policy_refund(ctx, case):
+    """A refund under a standing policy grant (no approval step): the payload is the input's."""
+    target = refund_target(case)
+    premises = ctx.step("capture", target.capture)
+    local = [(fn, args) for fn, args in case.get("local_premises", [])]
+    r = ctx.effect(target, key=f"refund:{case['id']}", payload=case["payload"], premises=premises,
+                   grant=case["grant"], local_premises=local,
+                   compensation=case.get("compensation", False))  # fmt: skip
+    return {"status": r.status, "effect_id": r.effect_id}
+
+
+@workflow(name="cancel_then_refund", version="1")
+def cancel_then_refund(ctx, case):
+    target = refund_target(case)
+    try:
+        ctx.wait_signal("never")
+    except Cancelled:
+        pass
+    r = ctx.effect(target, key=f"refund:{case['id']}", payload=case["payload"],
+                   premises={"payment": case["payment"]}, grant=case["grant"])  # fmt: skip
+    return {"status": r.status}

@@ -230,3 +230,135 @@ select pg_notify('ilr_ready', %(id)s);
 
 -- name: db_now
 select now() as now, clock_timestamp() as clock;
+
+-- ============================================================================================
+-- Gated effects (spec 5.7). Lock order everywhere: workflow row, then effect row, then grant.
+-- ============================================================================================
+
+-- name: get_effect
+select effect_id, workflow_id, target, tier, payload, payload_hash, state, grant_id,
+       dispatch_workflow_id, dispatch_epoch, first_dispatched_at, send_deadline, settle_margin,
+       sends, late_result, reconciled, now() as now
+  from ilr.effects where effect_id = %(eid)s;
+
+-- name: insert_effect
+insert into ilr.effects (effect_id, workflow_id, target, tier, payload, payload_hash)
+values (%(eid)s, %(wf)s, %(target)s, %(tier)s, %(payload)s, %(payload_hash)s)
+on conflict (effect_id) do nothing;
+
+-- name: lock_effect
+select effect_id, workflow_id, target, tier, payload, payload_hash, state, grant_id,
+       dispatch_workflow_id, dispatch_epoch, first_dispatched_at, send_deadline, settle_margin,
+       sends, late_result
+  from ilr.effects where effect_id = %(eid)s for update;
+
+-- name: journal_entries
+select body from ilr.journal where effect_id = %(eid)s order by seq;
+
+-- name: all_journal_entries
+select body from ilr.journal order by seq;
+
+-- name: append_entry
+insert into ilr.journal (effect_id, kind, body, prev, hash)
+values (%(eid)s, %(kind)s, %(body)s, %(prev)s, %(hash)s);
+
+-- name: lock_grant_for_share
+-- FOR SHARE: a concurrent revoke (UPDATE) waits for this transaction, and this one waits for
+-- a revoke in progress, so authority is linearized with the dispatch (RevokeLinearizable).
+select id, principal, action, max_cents, payload_hash, facts_seen, granted_by, expires_at,
+       revoked_at, (revoked_at is null and (expires_at is null or expires_at > now())) as live
+  from ilr.grants where id = %(grant)s for share;
+
+-- name: get_grant
+select id, principal, action, max_cents, payload_hash, facts_seen, granted_by, expires_at,
+       revoked_at, created_at,
+       (revoked_at is null and (expires_at is null or expires_at > now())) as live
+  from ilr.grants where id = %(grant)s;
+
+-- name: mark_dispatched
+update ilr.effects
+   set state = 'dispatched', grant_id = %(grant)s, dispatch_workflow_id = %(wf)s,
+       dispatch_epoch = %(epoch)s, first_dispatched_at = coalesce(first_dispatched_at, now()),
+       send_deadline = now() + make_interval(secs => %(send_timeout)s),
+       settle_margin = make_interval(secs => %(settle_margin)s), sends = sends + 1
+ where effect_id = %(eid)s;
+
+-- name: mark_resend
+-- The durable record of a resend attempt, committed before any byte goes out: the dispatch
+-- pair moves to this claim and the deadline restarts. No second DISPATCHED entry is written.
+update ilr.effects
+   set dispatch_workflow_id = %(wf)s, dispatch_epoch = %(epoch)s,
+       send_deadline = now() + make_interval(secs => %(send_timeout)s), sends = sends + 1
+ where effect_id = %(eid)s;
+
+-- name: set_effect_state
+update ilr.effects set state = %(state)s where effect_id = %(eid)s;
+
+-- name: set_late_result
+update ilr.effects set late_result = %(late)s where effect_id = %(eid)s;
+
+-- name: insert_grant
+insert into ilr.grants (id, principal, action, max_cents, payload_hash, facts_seen, granted_by,
+                        expires_at)
+values (%(id)s, %(principal)s, %(action)s, %(max_cents)s, %(payload_hash)s, %(facts_seen)s,
+        %(by)s, case when %(expires_in)s::float8 is null then null
+                     else now() + make_interval(secs => %(expires_in)s::float8) end);
+
+-- name: revoke_grant
+-- Waits for every T_dispatch / T_resolve holding the grant FOR SHARE; keeps the first revoke.
+update ilr.grants
+   set revoked_at = coalesce(revoked_at, now()), revoked_by = coalesce(revoked_by, %(by)s)
+ where id = %(grant)s
+returning revoked_at;
+
+-- name: effects_still_open_under_grant
+-- After the revoke commits nothing new can dispatch under the grant; these may still land.
+select effect_id from ilr.effects
+ where grant_id = %(grant)s and state = 'dispatched' order by effect_id;
+
+-- name: ambiguous_effects
+select effect_id, workflow_id, target, tier, payload, sends, first_dispatched_at, send_deadline,
+       reconciled
+  from ilr.effects where state = 'ambiguous' order by first_dispatched_at, effect_id;
+
+-- name: reconcile_effect
+update ilr.effects set reconciled = %(reconciled)s
+ where effect_id = %(eid)s and state = 'ambiguous'
+returning effect_id;
+
+-- name: effects_of_workflow
+select effect_id, target, tier, state, grant_id, sends, dispatch_epoch, send_deadline,
+       late_result, reconciled
+  from ilr.effects where workflow_id = %(wf)s or dispatch_workflow_id = %(wf)s
+ order by effect_id;
+
+-- name: orphaned_effects
+-- Effects left dispatched by a workflow that will never run again.
+-- Only past send_deadline + settle_margin: before that nobody may query or resend.
+select e.effect_id, e.target, w.id as workflow_id, w.status, w.epoch
+  from ilr.effects e join ilr.workflows w on w.id = e.dispatch_workflow_id
+ where e.state = 'dispatched' and w.status in ('stuck','failed','cancelled')
+   and now() > e.send_deadline + e.settle_margin
+ order by e.effect_id;
+
+-- name: orphan_claim
+-- The synthetic claim of rt.recover_orphans: an epoch bump with owner $recovery, recorded in
+-- the claim history like any other claim.
+with prev as (
+  select id, status from ilr.workflows
+   where id = %(wf)s and status in ('stuck','failed','cancelled') for update),
+claimed as (
+  update ilr.workflows w
+     set status = 'running', epoch = w.epoch + 1, owner = '$recovery',
+         lease_expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
+    from prev where w.id = prev.id
+  returning w.id, w.name, w.version, w.input, w.epoch, prev.status as prev_status),
+history as (
+  insert into ilr.claims (workflow_id, epoch, owner, version, claimed_at, prev_status)
+  select id, epoch, '$recovery', version, now(), prev_status from claimed)
+select * from claimed;
+
+-- name: orphan_restore
+update ilr.workflows
+   set status = %(status)s, owner = null, lease_expires_at = null, updated_at = now()
+ where id = %(wf)s and epoch = %(epoch)s;

@@ -106,6 +106,7 @@ create table if not exists ilr.grants (
   granted_by text not null,
   expires_at timestamptz,
   revoked_at timestamptz,
+  revoked_by text,
   created_at timestamptz not null default now()
 );
 
@@ -164,3 +165,4 @@ create or replace trigger effects_guard before update on ilr.effects
 
 -- Columns added after the first release of this file (kept idempotent for older databases).
 alter table ilr.workflows add column if not exists cancel_requested_by text;
+alter table ilr.grants add column if not exists revoked_by text;
