@@ -507,6 +507,7 @@ class EffectCall:
             rechecked = _grant_checks(grant, eff["grant_id"], self.action, eff["payload"],
                                       eff["payload_hash"])  # fmt: skip
             rechecked["violations"] = violations if rechecked["lease_live"] else []
+            rechecked["ts"] = now.timestamp()  # the grant is judged as of T_resolve, not T_commit
             lease_stale = not rechecked["lease_live"]
             stale = lease_stale or bool(rechecked["violations"])
             why = "lease" if lease_stale else "stale_premise"
