@@ -282,3 +282,38 @@ def test_receipt_and_verify_through_the_cli(dsn, workers, target_factory, tmp_pa
     revoked = cli("revoke", grant, "--by", "alice", "--dsn", dsn)
     assert revoked.returncode == 0 and "may still land: 0" in revoked.stdout
     assert "(none)" in cli("ambiguous", "--dsn", dsn).stdout
+
+
+def test_late_result_after_a_takeover_is_preserved(dsn, workers, target_factory) -> None:
+    """S08a shape: the sender's Postgres link is partitioned right after T_dispatch; its send
+    lands (target delay 2 s); a successor takes over and resolves the effect by query; when the
+    partition heals, the sender's T_commit fails the fence and its response is kept as
+    LATE_RESULT, never dropped (LateResultPreserved)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from prove.fault_proxy import FaultProxy
+
+    target, admin = target_factory(2, delay_ms=2000)
+    params = conninfo_to_dict(dsn)
+    with FaultProxy(upstream=(params["host"], int(params["port"]))) as proxy, Runtime(dsn) as rt:
+        via_proxy = make_conninfo(**{**params, "host": "127.0.0.1", "port": str(proxy.port)})
+        sender = workers("A", dsn=via_proxy, lease_ttl=1.5,
+                         env={"ILR_STOP_AT": "effect_after_dispatch"})  # fmt: skip
+        start_and_approve(rt, "wf-late", case(target, 2, send_timeout=4.0))
+        sender.wait_stopped()
+        proxy.set_mode("blackhole")  # A can reach the target, but no longer Postgres
+        sender.signal(signal.SIGCONT)
+        wait_for(lambda: posts(admin), 10, "A's send to arrive")
+        workers("B", lease_ttl=1.5)
+        out = rt.result("wf-late", timeout=40)
+        assert out["status"] == "COMMITTED_ON_QUERY"
+        proxy.set_mode("pass")
+        sender.wait_event("fenced", wf="wf-late", by="write", timeout=20)
+        eff = rt.effects("wf-late")[0]
+        v = receipts.verify(rt.receipt(out["effect_id"]))
+        kinds = [e["kind"] for e in rt.receipt(out["effect_id"])["entries"]]
+    assert refunds(admin) == [2000] and [p["worker"] for p in posts(admin)] == ["A"]
+    assert kinds[-2:] == ["COMMITTED", "LATE_RESULT"]
+    assert eff["late_result"]["from_epoch"] == 2
+    assert eff["late_result"]["state_at_arrival"] == "committed"
+    assert v["valid"] and v["happened"] is True and v["happened_once"] is True
