@@ -36,6 +36,7 @@ from .errors import (
     Suspend,
     WorkflowFailed,
 )
+from .events import emit
 from .workflow import definition
 
 
@@ -302,6 +303,8 @@ class WorkflowContext:
             }
             self._record(seq, kind, name, error=error, fingerprint=fingerprint)
             raise StepFailed(name, error)
+        emit("step_started", wf=self.workflow_id, epoch=self.epoch, seq=seq, kind=kind, name=name,
+             attempt=attempt, worker=self.worker_id)  # fmt: skip
         try:
             output = body()
         except Exception as exc:  # the body failed: retry later, or record the failure

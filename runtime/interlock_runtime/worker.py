@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import os
 import signal
@@ -36,10 +35,9 @@ from .errors import (
     Release,
     Suspend,
 )
+from .events import JsonLines, emit, log
 from .runtime import TERMINAL, register_deployment, signal_in
 from .workflow import WorkflowDef, collect, definition
-
-log = logging.getLogger("interlock_runtime.worker")
 
 
 class Worker:
@@ -310,27 +308,6 @@ class Worker:
         except Fenced as exc:
             emit("fenced", worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, by="write",
                  reason=str(exc))  # fmt: skip
-
-
-# -- events -----------------------------------------------------------------------------------
-
-
-def emit(event: str, **fields: Any) -> None:
-    """One structured event; the CLI prints these as JSON lines on stderr."""
-    log.info(event, extra={"event": event, "fields": fields})
-
-
-class JsonLines(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        body = {
-            "ts": round(record.created, 6),
-            "event": getattr(record, "event", record.getMessage()),
-        }
-        body.update(getattr(record, "fields", {}))
-        body["pid"] = record.process
-        if record.exc_info:
-            body["exception"] = self.formatException(record.exc_info)
-        return json.dumps(body, default=str)
 
 
 # -- CLI ----------------------------------------------------------------------------------------

@@ -1,0 +1,260 @@
+"""Each invariant check must be able to fail: synthetic violating states are caught.
+
+The states are written with plain SQL (bypassing the runtime), which is exactly what the
+checks exist to catch if the runtime ever did it. The positive side (checks hold over real
+runs) lives in conformance/.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+
+from interlock_runtime import journal
+from interlock_runtime.invariants import INVARIANTS, Evidence, MissingEvidence, check_all
+
+T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def seed(conn: psycopg.Connection, wf: str = "wf", status: str = "completed") -> None:
+    conn.execute("insert into ilr.deployments values ('refund', '1', 'sha', now(), null) "
+                 "on conflict do nothing")  # fmt: skip
+    conn.execute("insert into ilr.workflows (id, name, version, input, status, epoch, created_at) "
+                 "values (%s, 'refund', '1', '{}', %s, 2, %s)", (wf, status, at(0)))  # fmt: skip
+
+
+def claim(conn, wf: str, epoch: int, claimed: float, prev: str = "pending",
+          prev_lease: float | None = None, owner: str = "w1") -> None:  # fmt: skip
+    conn.execute("insert into ilr.claims values (%s, %s, %s, '1', %s, %s, %s)",
+                 (wf, epoch, owner, at(claimed), prev,
+                  at(prev_lease) if prev_lease is not None else None))  # fmt: skip
+
+
+def step(conn, wf: str, seq: int, epoch: int, created: float, kind: str = "step",
+         output=None, fingerprint=None) -> None:  # fmt: skip
+    conn.execute("insert into ilr.steps (workflow_id, seq, name, kind, fingerprint, output, epoch, "
+                 "created_at) values (%s, %s, %s, %s, %s, %s, %s, %s)",
+                 (wf, seq, f"s{seq}", kind, fingerprint, json.dumps(output), epoch, at(created)))  # fmt: skip
+
+
+def effect(conn, eid: str = "eff_1", tier: int = 2, state: str = "committed", amount: int = 2000,
+           grant: str | None = "g1", wf: str = "wf") -> None:  # fmt: skip
+    payload = {"amount": amount}
+    if grant is not None:
+        conn.execute("insert into ilr.grants (id, principal, action, granted_by) values "
+                     "(%s, 'agent', 'refund', 'policy') on conflict do nothing", (grant,))  # fmt: skip
+    conn.execute("insert into ilr.effects (effect_id, workflow_id, target, tier, payload, "
+                 "payload_hash, state, grant_id, dispatch_workflow_id, dispatch_epoch, sends) "
+                 "values (%s, %s, 't', %s, %s, %s, %s, %s, %s, 1, 1)",
+                 (eid, wf, tier, json.dumps(payload), journal.payload_hash(payload), state, grant,
+                  wf))  # fmt: skip
+
+
+def grant(conn, gid: str = "g1", revoked: float | None = None) -> None:
+    conn.execute("insert into ilr.grants (id, principal, action, granted_by, revoked_at) "
+                 "values (%s, 'agent', 'refund', 'policy', %s) "
+                 "on conflict (id) do update set revoked_at = excluded.revoked_at",
+                 (gid, at(revoked) if revoked is not None else None))  # fmt: skip
+
+
+def chain(conn, eid: str, entries: list[dict]) -> None:
+    prev = None
+    for i, e in enumerate(entries):
+        sealed = journal.seal({"ts": at(1 + i).timestamp(), "effect_id": eid, **e}, prev)
+        conn.execute("insert into ilr.journal (effect_id, kind, body, prev, hash) values (%s, %s, %s, %s, %s)",
+                     (eid, e["kind"], journal.body_text(sealed), prev, sealed["hash"]))  # fmt: skip
+        prev = sealed["hash"]
+
+
+def live_checks(violations=None, revoked=None) -> dict:
+    return {"lease_live": revoked is None, "violations": violations or [],
+            "lease": {"grant_id": "g1", "principal": "agent", "action": "refund", "max_cents": None,
+                      "payload_hash": None, "expires_at": None, "revoked": revoked,
+                      "granted_by": "policy"}}  # fmt: skip
+
+
+def dispatched(epoch: int = 1, amount: int = 2000, **checks) -> dict:
+    return {
+        "kind": "DISPATCHED",
+        "effect": {"amount": amount},
+        "lease": "g1",
+        "premises": {},
+        "checks": live_checks(**checks),
+        "by": {"workflow_id": "wf", "epoch": epoch},
+    }
+
+
+def run(conn, name: str, **evidence) -> list[str]:
+    return INVARIANTS[name](Evidence(conn, **evidence))
+
+
+def test_takeover_before_expiry_is_caught(conn) -> None:
+    seed(conn)
+    claim(conn, "wf", 1, 0)
+    claim(conn, "wf", 2, 3, prev="running", prev_lease=5)
+    assert run(conn, "TakeoverOnlyAfterExpiry") and run(conn, "LeaseMutex")
+
+
+def test_write_outside_tenure_is_caught(conn) -> None:
+    seed(conn)
+    claim(conn, "wf", 1, 0)
+    claim(conn, "wf", 2, 10, prev="running", prev_lease=9)
+    step(conn, "wf", 1, 1, 12)  # epoch 1 wrote after epoch 2 claimed: a zombie write
+    assert run(conn, "FencedWrites")
+    assert run(conn, "TakeoverOnlyAfterExpiry") == []
+
+
+def test_rerun_after_complete_is_caught_from_worker_events(conn) -> None:
+    seed(conn)
+    claim(conn, "wf", 1, 0)
+    step(conn, "wf", 1, 1, 2)
+    late_start = [
+        {"event": "step_started", "wf": "wf", "seq": 1, "epoch": 1, "ts": at(3).timestamp()}
+    ]
+    assert run(conn, "NoRerunAfterComplete", events=late_start)
+    with pytest.raises(MissingEvidence):
+        run(conn, "NoRerunAfterComplete")
+
+
+def test_double_application_and_overlapping_sends_are_caught(conn) -> None:
+    seed(conn)
+    effect(conn)
+    ledger = [{"key": "eff_1", "amount": 2000}, {"key": "eff_1", "amount": 2000}]
+    log = [{"method": "POST", "path": "/refunds", "key": "eff_1", "arrival": 1.0, "end": 3.0,
+            "payload": json.dumps({"amount": 2000})},
+           {"method": "POST", "path": "/refunds", "key": "eff_1", "arrival": 2.0, "end": 4.0,
+            "payload": json.dumps({"amount": 2000})}]  # fmt: skip
+    assert run(conn, "EffectAtMostOnceTier12", ledger=ledger)
+    assert run(conn, "NoOverlappingSends", access_log=log)
+    assert run(conn, "SendRequiresLiveClaim", access_log=log)  # 2 requests, 1 authorized send
+
+
+def test_committed_without_application_is_caught(conn) -> None:
+    seed(conn)
+    effect(conn)
+    assert run(conn, "CommittedImpliesApplied", ledger=[])
+    assert run(conn, "CommittedImpliesApplied", ledger=[{"key": "eff_1", "amount": 2000}]) == []
+
+
+def test_sends_under_revoked_grant_and_stale_premises_are_caught(conn) -> None:
+    seed(conn)
+    grant(conn, revoked=0.5)
+    effect(conn, state="dispatched")
+    claim(conn, "wf", 1, 0)
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, {"kind": "AUTHORIZED", "lease": "g1"},
+                          dispatched(violations=["refunded_by_others changed: 0 -> 2000"])])  # fmt: skip
+    assert run(conn, "RevokeLinearizable")
+    assert run(conn, "NoSendUnderRevokedGrant")
+    assert run(conn, "NoSendOnStalePremise")
+
+
+def test_resend_without_recheck_and_second_commit_are_caught(conn) -> None:
+    seed(conn)
+    grant(conn)
+    effect(conn, tier=1)
+    claim(conn, "wf", 1, 0)
+    conn.execute("drop index ilr.one_commit")  # what the partial index exists to prevent
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {"kind": "COMMITTED", "via": "retry-idempotent", "result": {},
+                           "rechecked": {"lease_live": False, "violations": []}},
+                          {"kind": "COMMITTED", "result": {}}])  # fmt: skip
+    assert run(conn, "RecoveryRechecks")
+    assert run(conn, "AtMostOneCommit")
+
+
+def test_unbound_payload_and_send_after_cancel_are_caught(conn) -> None:
+    seed(conn)
+    grant(conn)
+    effect(conn, amount=2000)
+    claim(conn, "wf", 1, 0)
+    conn.execute("update ilr.workflows set cancel_requested_at = %s", (at(0.5),))
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(amount=3000)])
+    assert run(conn, "PayloadBound")
+    assert run(conn, "NoSendAfterCancel")
+
+
+def test_ambiguous_at_tier2_and_a_broken_chain_are_caught(conn) -> None:
+    seed(conn)
+    effect(conn, state="ambiguous")
+    chain(
+        conn,
+        "eff_1",
+        [{"kind": "PROPOSED", "lease": "g1"}, {"kind": "AMBIGUOUS", "reason": "why not"}],
+    )
+    assert run(conn, "AmbiguousOnlyWhenUnknowable")
+    conn.execute("alter table ilr.journal disable trigger journal_append_only")
+    conn.execute("update ilr.journal set body = replace(body, 'why not', 'edited')")
+    assert run(conn, "ReceiptChainLinear")
+
+
+def test_untruthful_receipt_and_checkpoint_gap_are_caught(conn) -> None:
+    seed(conn, status="running")
+    effect(conn)
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {"kind": "COMMITTED", "result": {}}])  # fmt: skip
+    assert run(conn, "ReceiptTruthful", ledger=[])  # says happened, the ledger says no
+    conn.execute("update ilr.effects set dispatch_epoch = 2")
+    assert run(conn, "EffectCheckpointAtomic")  # committed, no step row, claim still current
+
+
+def test_signal_timer_and_wakeup_violations_are_caught(conn) -> None:
+    seed(conn, status="sleeping")
+    step(conn, "wf", 1, 1, 5, kind="sleep", output={"until": at(9).isoformat()})
+    step(conn, "wf", 2, 1, 6, kind="signal", output={"n": 1})
+    conn.execute("insert into ilr.signals (workflow_id, name, payload, consumed_seq) "
+                 "values ('wf', 'go', '{\"n\": 2}', 2)")  # fmt: skip
+    conn.execute(
+        "insert into ilr.signals (workflow_id, name, payload) values ('wf', 'approve', '{}')"
+    )
+    conn.execute("update ilr.workflows set available_at = 'infinity', "
+                 "waiting = '{\"kind\": \"signal\", \"signal\": \"approve\"}'")  # fmt: skip
+    assert run(conn, "TimerNotEarly")
+    assert run(conn, "SignalExactlyOnceConsumed")
+    assert run(conn, "NoLostWakeup")
+
+
+def test_version_nondeterminism_and_fork_violations_are_caught(conn) -> None:
+    seed(conn, status="stuck")
+    claim(conn, "wf", 1, 0)
+    conn.execute("update ilr.claims set version = '9'")
+    conn.execute(
+        'update ilr.workflows set epoch = 1, error = \'{"type": "NonDeterminism", "seq": 1}\''
+    )
+    step(conn, "wf", 2, 1, 1)
+    assert run(conn, "VersionPinned")
+    assert run(conn, "NonDeterminismLoud")
+    effect(conn)
+    chain(
+        conn,
+        "eff_1",
+        [{"kind": "PROPOSED", "lease": "g1"}, dispatched(), {"kind": "COMMITTED", "result": {}}],
+    )
+    conn.execute("insert into ilr.workflows (id, name, version, input, forked_from, created_at) "
+                 "values ('wf2', 'refund', '1', '{}', 'wf', %s)", (at(30),))  # fmt: skip
+    step(conn, "wf2", 1, 1, 31, kind="effect", output={"status": "COMMITTED"},
+         fingerprint="eff_1:h")  # fmt: skip
+    assert run(conn, "ForkNeverResends")
+
+
+def test_late_result_column_and_entries_must_agree(conn) -> None:
+    seed(conn)
+    effect(conn)
+    conn.execute("update ilr.effects set late_result = '{\"result\": {}}'")
+    assert run(conn, "LateResultPreserved")
+
+
+def test_step_rows_without_the_append_only_trigger_are_caught(conn) -> None:
+    conn.execute("drop trigger steps_append_only on ilr.steps")
+    assert run(conn, "StepResultUnique")
+
+
+def test_every_check_holds_on_an_empty_database_or_says_what_it_needs(conn) -> None:
+    results = check_all(Evidence(conn, ledger=[], access_log=[], events=[]))
+    assert set(results) == set(INVARIANTS) and all(v == [] for v in results.values()), results
