@@ -320,9 +320,13 @@ def payload_bound(ev: Evidence) -> list[str]:
         for key, reqs in ev.posts().items():
             if key in effects:
                 bound = effects[key]["payload"].get("amount")
-                out += [f"{key}: the target received amount {json.loads(r['payload']).get('amount')}, "
-                        f"bound {bound}" for r in reqs
-                        if r.get("payload") and json.loads(r["payload"]).get("amount") != bound]  # fmt: skip
+                for r in reqs:
+                    body = (
+                        json.loads(r["payload"]) if isinstance(r["payload"], str) else r["payload"]
+                    )
+                    if body and body.get("amount") != bound:
+                        out.append(f"{key}: the target received amount {body.get('amount')}, "
+                                   f"bound {bound}")  # fmt: skip
     return out
 
 
