@@ -1,0 +1,634 @@
+"""Run Prove cells: (scenario, system, tier, variant) x seeds, with real processes (spec 11).
+
+One run = one seed of one cell. Each run gets its own payment target (in-process, its own
+SQLite ledger and port), its own model stub (EMULATED model variance), its own Postgres
+database (the runtime's schema; for Temporal it holds ilr.grants for the (b) check), its own
+workflow id and task queue, and its own worker subprocesses. Crashes are real OS signals: an
+instrumented kill point (ILR_KILL_AT, the worker SIGKILLs itself) or an external SIGKILL from
+the runner (`down`). The Temporal dev server is shared by the sweep (one process).
+
+The timeline of a scenario is played by a small table of actions (ACTIONS below), each a
+method of the system driver (RuntimeSystem, TemporalSystem) or of the run. The oracle reads
+only the target's ledger and access log. One JSON file per run goes to .data/prove/runs/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from prove.model_stub import ModelStub
+from prove.scenario import FAMILY, Scenario, Variant
+from prove.target import Target
+from prove.target_client import TargetAdmin
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / ".data" / "prove"
+PAYMENT = "pay_881"
+PAID = 10000
+APPROVER = "alice"
+
+
+class RunnerError(RuntimeError):
+    """A run could not be set up (a service is missing, a worker never got ready)."""
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+# -- shared services ------------------------------------------------------------------------
+
+
+@dataclass
+class Services:
+    """What a sweep shares: the Postgres admin DSN and schema template, the Temporal server."""
+
+    admin_dsn: str
+    template: str
+    temporal: Any = None  # TemporalDevServer
+    runs_dir: Path = DATA / "runs"
+    versions: dict = field(default_factory=dict)
+
+
+def versions(admin_dsn: str) -> dict:
+    import importlib.metadata as md
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    with psycopg.connect(admin_dsn) as conn:
+        pg = conn.execute("show server_version").fetchone()[0]
+    try:
+        from prove.temporal_server import cli_version
+
+        tcli = cli_version()
+    except Exception as e:  # noqa: BLE001 - reported, not fatal
+        tcli = f"unknown ({e})"
+    return {
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain")),
+        "postgres": pg,
+        "temporalio": md.version("temporalio"),
+        "temporal_cli": tcli,
+        "anthropic": md.version("anthropic"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+# -- system drivers -------------------------------------------------------------------------
+
+
+class RuntimeSystem:
+    """interlock_runtime: prove.flows.prove_refund on real worker subprocesses."""
+
+    family = "runtime"
+
+    def __init__(self, run: Run) -> None:
+        from interlock_runtime import Runtime
+
+        self.run = run
+        self.rt = run.stack.enter_context(Runtime(run.dsn))
+        self.workers: list[Any] = []
+        self.grant: str | None = None
+
+    def spawn(self, kill_at: str | None) -> Any:
+        from interlock_runtime.testing import WorkerProcess
+
+        t = self.run.timing
+        wid = f"W{len(self.workers) + 1}"
+        env = {"ILR_KILL_AT": kill_at or ""}
+        w = WorkerProcess(self.run.dsn, wid, self.run.dir, "prove.flows", pythonpath=str(REPO),
+                          lease_ttl=t["lease_ttl"], poll=t["poll"], env=env, cwd=str(REPO))  # fmt: skip
+        w.kill_at = kill_at
+        self.run.stack.callback(w.close)
+        self.workers.append(w)
+        return w
+
+    def case(self) -> dict:
+        t, r = self.run.timing, self.run
+        case = {"id": r.case_id, "target_url": r.target.url, "payment": PAYMENT, "tier": r.tier,
+                "model_url": r.stub.url, "send_timeout": t["send_timeout"],
+                "settle_margin": t["settle_margin"], "sleep_seconds": t["sleep_seconds"]}  # fmt: skip
+        for k in ("queryable", "dedup_window"):
+            if k in r.variant.params:
+                case[k] = r.variant.params[k]
+        return case
+
+    def start(self) -> None:
+        from prove import flows
+
+        self.rt.start(flows.prove_refund, self.run.wf_id, self.case())
+
+    def approve(self, amount: int) -> None:
+        from interlock_runtime.testing import wait_for
+
+        wf = self.run.wf_id
+        wait_for(lambda: (self.rt.describe(wf)["waiting"] or {}).get("signal") == "approve",
+                 self.run.timing["run_timeout"], "the approval wait")  # fmt: skip
+        decided = self.rt.describe(wf)["steps"][0]["output"]
+        from prove.flows import payload_for
+
+        self.grant = self.rt.approve(wf, payload_for({"payment": PAYMENT}, amount),
+                                     decided["premises"], by=APPROVER)  # fmt: skip
+
+    def revoke(self) -> dict:
+        return {"grant": self.grant, "may_still_land": self.rt.revoke(self.grant, by=APPROVER)}
+
+    def result(self, timeout: float) -> tuple[str, Any]:
+        from interlock_runtime import WorkflowFailed
+
+        try:
+            out = self.rt.result(self.run.wf_id, timeout=timeout)
+            return "completed", out
+        except WorkflowFailed as e:
+            return e.status, _jsonable(e.error)
+        except TimeoutError as e:
+            return "timeout", str(e)
+
+    def status_of(self, out: Any) -> str | None:
+        return out.get("status") if isinstance(out, dict) else None
+
+    def artifacts(self, ledger: list[dict], access_log: list[dict]) -> dict:
+        from interlock_runtime import db, invariants, receipts
+
+        wf = self.run.wf_id
+        d = self.rt.describe(wf)
+        arts: dict[str, Any] = {"status": d["status"], "describe": _jsonable(d)}
+        effects = self.rt.effects(wf)
+        arts["effects"] = _jsonable(effects)
+        if effects:
+            eid = effects[0]["effect_id"]
+            bundle = self.rt.receipt(eid, key=b"prove-receipt-key")
+            arts["receipt"] = _jsonable(bundle)
+            v = receipts.verify(bundle, b"prove-receipt-key")
+            arts["receipt_verify"] = _jsonable(v)
+        arts["claim_history"] = _jsonable(self.rt.claim_history(wf))
+        events = []
+        for w in self.workers:
+            events.extend(e for e in w.events() if e.get("event") != "raw")
+        with db.connect(self.run.dsn) as conn:
+            n_calls = conn.execute("select count(*) as n from ilr.llm_calls").fetchone()["n"]
+            arts["llm_calls"] = n_calls
+            ev = invariants.Evidence(conn, ledger=ledger, access_log=access_log, events=events)
+            checked = invariants.check_all(ev)
+        arts["invariants"] = {k: v for k, v in checked.items() if v}  # failing or missing
+        arts["invariants_checked"] = len(checked)
+        return arts
+
+
+class TemporalSystem:
+    """Temporal (a) temporal_idem or (b) temporal_check: the baseline workflow on the dev
+    server, with real worker subprocesses (python -m baselines.worker)."""
+
+    family = "temporal"
+
+    def __init__(self, run: Run) -> None:
+        from baselines.client import BaselineClient
+
+        if run.services.temporal is None:
+            raise RunnerError("the Temporal dev server is not running")
+        self.run = run
+        self.mode = run.system
+        self.address = run.services.temporal.address
+        self.client = BaselineClient(self.address)
+        run.stack.callback(self.client.close)
+        self.task_queue = f"tq-{run.run_id}-{uuid.uuid4().hex[:6]}"
+        self.attempt_log = run.dir / "attempts.jsonl"
+        self.workers: list[subprocess.Popen] = []
+        self.grant = f"grant-{uuid.uuid4().hex[:12]}"
+        self.run_ids: list[str] = []
+
+    def spawn(self, kill_at: str | None) -> subprocess.Popen:
+        r, t = self.run, self.run.timing
+        wid = f"T{len(self.workers) + 1}"
+        env = dict(os.environ, ILR_KILL_AT=kill_at or "")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        cmd = [sys.executable, "-m", "baselines.worker", "--address", self.address,
+               "--task-queue", self.task_queue, "--mode", self.mode, "--target-url", r.target.url,
+               "--payment", PAYMENT, "--tier", str(r.tier), "--model-url", r.stub.url,
+               "--grants-dsn", r.dsn, "--attempt-log", str(self.attempt_log), "--id", wid,
+               "--http-timeout", str(t["send_timeout"]),
+               "--sticky-timeout", str(t["temporal_sticky_timeout"])]  # fmt: skip
+        err = open(r.dir / f"{wid}.stderr", "w")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                cwd=REPO)  # fmt: skip
+        proc.kill_at = kill_at  # type: ignore[attr-defined]
+
+        def cleanup() -> None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+            err.close()
+
+        r.stack.callback(cleanup)
+        self.workers.append(proc)
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
+        try:
+            ready = json.loads(lines.get(timeout=90))
+        except (queue.Empty, ValueError):
+            tail = (r.dir / f"{wid}.stderr").read_text(errors="replace")[-2000:]
+            raise RunnerError(f"Temporal worker {wid} never got ready:\n{tail}") from None
+        r.note("worker_ready", worker=wid, pid=ready.get("pid"), kill_at=kill_at)
+        return proc
+
+    def start(self) -> None:
+        r = self.run
+        rid = self.client.start_refund(r.wf_id, self.task_queue, case=r.case_id, payment=PAYMENT,
+                                       sleep_seconds=r.timing["sleep_seconds"])  # fmt: skip
+        self.run_ids.append(rid)
+
+    def approve(self, amount: int) -> None:
+        from interlock_runtime.testing import wait_for
+
+        # The approver approves after the decision is visible, as in the runtime.
+        def decided() -> bool:
+            kinds = [e["eventType"] for e in self.client.history(self.run.wf_id)["events"]]
+            return "EVENT_TYPE_ACTIVITY_TASK_COMPLETED" in kinds
+
+        wait_for(decided, self.run.timing["run_timeout"], "the decision", every=0.2)
+        with psycopg.connect(self.run.dsn, autocommit=True) as conn:
+            conn.execute(
+                "insert into ilr.grants (id, principal, action, max_cents, granted_by)"
+                " values (%s, %s, 'refund', %s, %s)",
+                (self.grant, f"workflow:{self.run.wf_id}", amount, APPROVER),
+            )
+        self.client.approve(self.run.wf_id, amount, self.grant)
+
+    def revoke(self) -> dict:
+        with psycopg.connect(self.run.dsn, autocommit=True) as conn:
+            n = conn.execute("update ilr.grants set revoked_at = now() where id = %s",
+                             (self.grant,)).rowcount  # fmt: skip
+        return {"grant": self.grant, "rows": n}
+
+    def result(self, timeout: float) -> tuple[str, Any]:
+        try:
+            return "completed", self.client.wait_result(self.run.wf_id, timeout=timeout)
+        except TimeoutError as e:
+            return "timeout", str(e) or "timed out"
+        except Exception as e:  # noqa: BLE001 - a failed workflow: record its cause
+            cause = e
+            while getattr(cause, "cause", None) is not None:
+                cause = cause.cause
+            if type(e).__name__ in ("TimeoutError", "CancelledError"):
+                return "timeout", repr(e)
+            return "failed", f"{type(e).__name__}: {e}; cause: {cause}"
+
+    def status_of(self, out: Any) -> str | None:
+        return None
+
+    def artifacts(self, ledger: list[dict], access_log: list[dict]) -> dict:
+        from baselines.refund import read_attempts
+
+        arts: dict[str, Any] = {}
+        try:
+            arts["describe"] = self.client.describe(self.run.wf_id)
+            arts["status"] = arts["describe"]["status"]
+            arts["history"] = self.client.history(self.run.wf_id)
+        except Exception as e:  # noqa: BLE001
+            arts["status"] = f"unknown ({e})"
+        arts["attempts"] = [a for a in read_attempts(self.attempt_log)
+                            if a.get("workflow_id") == self.run.wf_id]  # fmt: skip
+        return arts
+
+
+SYSTEMS: dict[str, Callable[[Run], Any]] = {
+    "runtime": RuntimeSystem,
+    "temporal_idem": TemporalSystem,
+    "temporal_check": TemporalSystem,
+}
+
+
+# -- one run --------------------------------------------------------------------------------
+
+
+class Run:
+    def __init__(self, services: Services, scn: Scenario, variant: Variant, system: str,
+                 tier: int, seed: int, out_dir: Path) -> None:  # fmt: skip
+        self.services, self.scn, self.variant = services, scn, variant
+        self.system, self.tier, self.seed = system, tier, seed
+        self.timing = variant.timing
+        self.run_id = f"{scn.id}-{variant.name}-{system}-t{tier}-s{seed}"
+        suffix = uuid.uuid4().hex[:8]
+        self.wf_id = f"wf-{self.run_id}-{suffix}"
+        self.case_id = f"case-4471-{suffix}"
+        self.dir = out_dir / self.run_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.stack = ExitStack()
+        self.t0 = time.time()
+        self.log: list[dict] = []  # faults, world events, signals: what happened when
+        self.world: dict[str, float] = {}  # world event name -> time it took effect
+
+    def note(self, what: str, **fields: Any) -> None:
+        self.log.append({"t": round(time.time() - self.t0, 3), "what": what, **fields})
+
+    # -- actions (the scenario's timeline) --
+
+    def a_workers(self, kill_at: str | None = None, count: int | None = None) -> None:
+        n = int(count or self.timing[f"{self.sys.family}_workers"])
+        for i in range(n):
+            p = self.sys.spawn(kill_at)
+            self.note("worker_start", pid=p.pid, kill_at=kill_at, index=i)
+
+    def a_start(self) -> None:
+        self.t_start = time.time()
+        self.sys.start()
+        self.note("start", wf=self.wf_id)
+
+    def a_approve(self, amount: int = 2000) -> None:
+        self.approved_amount = int(amount)
+        self.sys.approve(int(amount))
+        self.note("approve", amount=amount)
+
+    def a_wait_crash(self) -> None:
+        armed = [w for w in self.sys.workers if getattr(w, "kill_at", None)]
+        deadline = time.monotonic() + self.timing["run_timeout"]
+        while time.monotonic() < deadline:
+            for w in armed:
+                proc = w if isinstance(w, subprocess.Popen) else w.proc
+                rc = proc.poll()
+                if rc is not None:
+                    self.note("crashed", pid=proc.pid, returncode=rc, kill_at=w.kill_at,
+                              real_sigkill=rc == -signal.SIGKILL)  # fmt: skip
+                    self.crashed = rc == -signal.SIGKILL
+                    return
+            time.sleep(0.05)
+        self.crashed = False
+        self.note("crash_never_happened")
+
+    def a_down(self) -> None:
+        for w in self.sys.workers:
+            proc = w if isinstance(w, subprocess.Popen) else w.proc
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()  # SIGKILL
+                proc.wait(timeout=10)
+                self.note("sigkill", pid=proc.pid)
+
+    def a_restart(self, count: int | None = None) -> None:
+        self.t_restart = time.time()
+        self.a_workers(None, count)
+
+    def a_sleep(self, seconds: float) -> None:
+        time.sleep(float(seconds))
+
+    def a_hand_refund(self, amount: int) -> None:
+        out = self.admin.hand_refund(PAYMENT, int(amount))
+        self.world["hand_refund"] = time.time()
+        self.note("hand_refund", amount=amount, refund=out.get("id"))
+
+    def a_revoke(self) -> None:
+        out = self.sys.revoke()
+        self.world["revoke"] = time.time()
+        self.note("revoke", **out)
+
+    def a_prune_keys(self) -> None:
+        out = self.admin.prune_keys()
+        self.note("prune_keys", emulated=True, result=out)
+
+    def a_target_delay(self, ms: float) -> None:
+        self.admin.set_delay(float(ms))
+        self.note("target_delay", ms=ms)
+
+    def a_redecide(self, on: bool = True) -> None:
+        self.stub.configure(redecide=bool(on))
+        self.note("redecide", on=bool(on), emulated=True)
+
+    def a_wait_result(self) -> None:
+        self.result_kind, self.result = self.sys.result(self.timing["run_timeout"])
+        self.t_end = time.time()
+        self.note("result", kind=self.result_kind)
+
+    # -- the whole run --
+
+    def execute(self) -> dict:
+        t = self.timing
+        self.crashed = None
+        self.result_kind, self.result = "not_run", None
+        self.t_start = self.t_end = self.t_restart = None
+        self.approved_amount = 2000
+        error = None
+        from interlock_runtime.testing import fresh_database
+
+        with self.stack:
+            self.target = Target(self.tier, db=str(self.dir / "ledger.sqlite")).start()
+            self.stack.callback(self.target.close)
+            self.admin = TargetAdmin(self.target.url)
+            self.admin.create_payment(PAYMENT, PAID)
+            self.stub = ModelStub(log_path=str(self.dir / "model_calls.jsonl")).start()
+            self.stack.callback(self.stub.stop)
+            self.dsn = self.stack.enter_context(
+                fresh_database(self.services.admin_dsn, self.services.template)
+            )
+            try:
+                self.sys = SYSTEMS[self.system](self)
+                for name, args in self.scn.steps(self.system, self.variant):
+                    getattr(self, f"a_{name}")(**args)
+            except Exception as e:  # noqa: BLE001 - recorded; the run counts as not correct
+                error = f"{type(e).__name__}: {e}"
+                self.note("error", error=error, tb=traceback.format_exc()[-3000:])
+            ledger_all = self.admin.ledger()
+            ledger = ledger_all["refunds"]
+            access = self.admin.log()
+            try:
+                artifacts = self.sys.artifacts(ledger, access) if hasattr(self, "sys") else {}
+            except Exception as e:  # noqa: BLE001
+                artifacts = {"error": f"{type(e).__name__}: {e}"}
+            model_calls = self.stub.calls()
+        outcome = evaluate(self.scn, self.variant, self.system, self.tier, ledger, access,
+                           self.world, self.approved_amount, self.sys.status_of(self.result)
+                           if hasattr(self, "sys") else None, error)  # fmt: skip
+        record = {
+            "identity": {
+                "run_id": self.run_id,
+                "scenario": self.scn.id,
+                "variant": self.variant.name,
+                "system": self.system,
+                "tier": self.tier,
+                "seed": self.seed,
+                "workflow_id": self.wf_id,
+                "case": self.case_id,
+            },  # fmt: skip
+            "versions": self.services.versions,
+            "timing_constants": t,
+            "faults": {
+                "crash_plan": {
+                    "kind": "instrumented",
+                    "points": [
+                        a.get("kill_at")
+                        for n, a in self.scn.steps(self.system, self.variant)
+                        if n == "workers" and a.get("kill_at")
+                    ],
+                },  # fmt: skip
+                "crashed_by_kill_point": self.crashed,
+                "timeline": self.log,
+                "emulated": list(self.scn.emulated),
+            },  # fmt: skip
+            "ground_truth": {
+                "ledger": ledger,
+                "payments": ledger_all["payments"],
+                "access_log": access,
+            },  # fmt: skip
+            "model_calls": model_calls,
+            "result": {"kind": self.result_kind, "value": _jsonable(self.result)},
+            "outcome": outcome,
+            "artifacts": artifacts,
+            "timings": {
+                "wall": round(time.time() - self.t0, 3),
+                "end_to_end": round(self.t_end - self.t_start, 3)
+                if self.t_end and self.t_start
+                else None,
+                "resume_after_restart": round(self.t_end - self.t_restart, 3)
+                if self.t_end and self.t_restart
+                else None,
+            },  # fmt: skip
+            "error": error,
+        }
+        return _jsonable(record)
+
+
+# -- the oracle: the target's ledger and access log only ------------------------------------
+
+
+def evaluate(scn: Scenario, variant: Variant, system: str, tier: int, ledger: list[dict],
+             access: list[dict], world: dict[str, float], approved: int,
+             status: str | None, error: str | None) -> dict:  # fmt: skip
+    agent = [r for r in ledger if r["source"] != "hand"]
+    hand = [r for r in ledger if r["source"] == "hand"]
+    posts = [a for a in access if a["method"] == "POST" and a["path"].rstrip("/") == "/refunds"]
+    q = {
+        "total_cents": sum(r["amount"] for r in ledger),
+        "agent_cents": sum(r["amount"] for r in agent),
+        "hand_cents": sum(r["amount"] for r in hand),
+        "agent_applications": len(agent),
+        "agent_sends": len(posts),
+    }
+    oracle = scn.oracle_for(variant, tier)
+    failed = []
+    for name, conds in oracle["require"].items():
+        for cmp, n in conds.items():
+            ok = {"eq": q[name] == n, "le": q[name] <= n, "ge": q[name] >= n}[cmp]
+            if not ok:
+                failed.append(f"{name} = {q[name]}, expected {cmp} {n}")
+
+    def applied_after(t: float | None) -> int:
+        # a send that the target processed (applied) after the world changed
+        if t is None:
+            return 0
+        return sum(1 for a in posts if a["arrival"] > t and a.get("status") == 200
+                   and not (a.get("response") or {}).get("replayed"))  # fmt: skip
+
+    pred = scn.prediction(system, tier, variant.name)
+    observed = f"${q['total_cents'] / 100:.0f}" + (f" {status}" if status else "")
+    expected = None
+    if pred:
+        expected = f"${pred['total_cents'] / 100:.0f}" + (f" {pred['status']}"
+                                                          if pred.get("status") else "")  # fmt: skip
+    held = None
+    if pred:
+        held = q["total_cents"] == pred["total_cents"] and (
+            not pred.get("status") or pred["status"] == status
+        )
+    return {
+        "quantities": q,
+        "oracle": oracle,
+        "oracle_failures": failed,
+        "correct": not failed,
+        "expected": expected,
+        "observed": observed,
+        "prediction_held": held,
+        "duplicate_applications": max(0, len(agent) - 1),
+        "wrong_amount": sum(1 for r in agent if r["amount"] != approved),
+        "sent_under_revoked_grant": applied_after(world.get("revoke")),
+        "sent_on_changed_premise": applied_after(world.get("hand_refund")),
+        "blocked_never_sent": int(oracle["refund_expected"] and not agent),
+        "harness_error": error,
+    }
+
+
+def run_one(services: Services, scn: Scenario, variant: Variant, system: str, tier: int,
+            seed: int, out_dir: Path) -> dict:  # fmt: skip
+    rec = Run(services, scn, variant, system, tier, seed, out_dir).execute()
+    path = out_dir / f"{rec['identity']['run_id']}.json"
+    path.write_text(json.dumps(rec, indent=1, sort_keys=True))
+    return rec
+
+
+# -- a sweep --------------------------------------------------------------------------------
+
+
+def plan(scns: list[Scenario], seeds: int | None, size: str, systems: list[str] | None,
+         tiers: list[int] | None) -> list[tuple[Scenario, Variant, str, int, int]]:  # fmt: skip
+    out = []
+    for scn in scns:
+        n = seeds or scn.seeds[size]
+        for vname, system, tier in scn.cells():
+            if (systems and system not in systems) or (tiers and tier not in tiers):
+                continue
+            for seed in range(n):
+                out.append((scn, scn.variant(vname), system, tier, seed))
+    return out
+
+
+def sweep(services: Services, runs: list[tuple], out_dir: Path, jobs: int = 2,
+          resume: bool = False, progress: Callable[[str], None] = print) -> list[dict]:  # fmt: skip
+    """Run every planned run, `jobs` at a time; finished run files are reused with resume."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: list[dict] = []
+    todo = []
+    for item in runs:
+        scn, variant, system, tier, seed = item
+        path = out_dir / f"{scn.id}-{variant.name}-{system}-t{tier}-s{seed}.json"
+        if resume and path.exists():
+            results.append(json.loads(path.read_text()))
+        else:
+            todo.append(item)
+    t0, done, bad = time.time(), 0, 0
+    total = len(todo)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futs = {pool.submit(run_one, services, *item, out_dir): item for item in todo}
+        for fut in as_completed(futs):
+            scn, variant, system, tier, seed = futs[fut]
+            try:
+                rec = fut.result()
+            except Exception as e:  # noqa: BLE001 - setup failure: record and go on
+                rec = {"identity": {"run_id": f"{scn.id}-{variant.name}-{system}-t{tier}-s{seed}",
+                                    "scenario": scn.id, "variant": variant.name,
+                                    "system": system, "tier": tier, "seed": seed},
+                       "outcome": {"correct": False, "harness_error": repr(e)},
+                       "error": repr(e)}  # fmt: skip
+            results.append(rec)
+            done += 1
+            oc = rec["outcome"]
+            bad += 0 if oc.get("correct") else 1
+            el = time.time() - t0
+            eta = el / done * (total - done)
+            progress(f"[{done}/{total}] {rec['identity']['run_id']}: "
+                     f"{oc.get('observed', '?')} {'ok' if oc.get('correct') else 'INCORRECT'}"
+                     f"{' (error: ' + str(rec.get('error')) + ')' if rec.get('error') else ''}"
+                     f" | incorrect so far {bad} | {el:.0f}s elapsed, ~{eta:.0f}s left")  # fmt: skip
+    return results
+
+
+def family(system: str) -> str:
+    return FAMILY[system]

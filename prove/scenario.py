@@ -1,0 +1,459 @@
+"""Prove scenarios: the YAML format, its JSON Schema, and the loader (spec 11.3, DESIGN B12).
+
+One file per scenario in scenarios/. A scenario names the tiers, systems and variants it runs,
+its timing constants, a timeline of actions (driving the case, faults and world events, in
+order), the oracle (evaluated from the target's ledger and access log only), the predicted
+outcome per system and tier (spec 11.3's table: hypotheses, not results), the catalog
+invariants it exercises, and the seeds per cell. See scenarios/README.md for an example.
+
+    scn = load("scenarios/S01.yaml")      # ScenarioError names the file, line and field
+    scns = load_all(ids=["S01", "S02"])   # every scenarios/*.yaml, filtered by id
+
+Validation: first the JSON Schema (SCHEMA), then what a schema cannot say (invariant names
+from models/catalog.yaml, kill points from interlock_runtime.killpoints, `$param` references,
+predictions only for listed systems, tiers and variants). Every error carries the line of the
+offending node (yaml's node marks) and the path of the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = REPO / "scenarios"
+
+SYSTEMS = ("runtime", "temporal_idem", "temporal_check")
+FAMILY = {"runtime": "runtime", "temporal_idem": "temporal", "temporal_check": "temporal"}
+
+# Timing constants (DESIGN B11) and harness sizes; a scenario or variant overrides any of them.
+DEFAULT_TIMING: dict[str, float] = {
+    "lease_ttl": 5.0,  # runtime workers
+    "poll": 0.5,
+    "send_timeout": 3.0,  # runtime send deadline; Temporal's refund start_to_close is 3 s too
+    "settle_margin": 5.0,
+    "sleep_seconds": 0.5,  # the workflow's sleep, shortened from the spec's long sleep
+    "runtime_workers": 3,
+    "temporal_workers": 1,
+    "temporal_sticky_timeout": 2.0,  # shortened from the SDK default 10 s (latency only)
+    "run_timeout": 120.0,  # give up waiting for a result after this long (the run is recorded)
+}
+
+# Timeline actions: name -> (kind, allowed argument names). Kinds: drive (the case itself),
+# fault (crashes, restarts, proxies), world (events in the world the agent acts on), wait.
+ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "workers": ("drive", ("kill_at", "count")),  # start worker subprocesses (maybe armed)
+    "start": ("drive", ()),  # start the workflow
+    "approve": ("drive", ("amount",)),  # a person approves {amount} (runtime: rt.approve)
+    "wait_crash": ("wait", ()),  # until the armed worker died by its kill point (SIGKILL)
+    "down": ("fault", ()),  # external SIGKILL of every live worker subprocess of the system
+    "restart": ("fault", ("count",)),  # fresh, unarmed worker subprocesses
+    "sleep": ("wait", ("seconds",)),
+    "hand_refund": ("world", ("amount",)),  # a person refunds through the target's admin
+    "revoke": ("world", ()),  # the approval is revoked (Temporal: the same revoked_at update)
+    "prune_keys": ("world", ()),  # EMULATED key expiry at the target
+    "target_delay": ("fault", ("ms",)),  # service delay inside POST /refunds
+    "redecide": ("world", ("on",)),  # EMULATED model variance: later calls answer 3000
+    "wait_result": ("wait", ()),  # until the workflow ends (or run_timeout)
+}
+QUANTITIES = ("total_cents", "agent_cents", "hand_cents", "agent_applications", "agent_sends")
+COMPARATORS = ("eq", "le", "ge")
+_PARAM = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+
+_tier = {"type": "integer", "enum": [1, 2, 3]}
+_value = {"oneOf": [{"type": ["string", "number", "boolean"]},
+                    {"type": "object", "propertyNames": {"enum": ["runtime", "temporal"]},
+                     "additionalProperties": {"type": ["string", "number", "boolean"]}}]}  # fmt: skip
+_cond = {
+    "type": "object",
+    "propertyNames": {"enum": list(QUANTITIES)},
+    "additionalProperties": {
+        "type": "object",
+        "propertyNames": {"enum": list(COMPARATORS)},
+        "additionalProperties": {"type": "integer", "minimum": 0},
+        "minProperties": 1,
+    },
+}
+_oracle = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "require": _cond,
+        "by_tier": {
+            "type": "object",
+            "propertyNames": {"enum": ["1", "2", "3"]},
+            "additionalProperties": _cond,
+        },  # fmt: skip
+        "refund_expected": {"type": "boolean"},
+        "note": {"type": "string"},
+    },
+}
+_timing = {
+    "type": "object",
+    "propertyNames": {"enum": list(DEFAULT_TIMING)},
+    "additionalProperties": {"type": "number", "minimum": 0},
+}
+_action = {
+    "type": "object",
+    "minProperties": 1,
+    "maxProperties": 1,
+    "propertyNames": {"enum": list(ACTIONS)},
+    "additionalProperties": {"type": ["object", "null"], "additionalProperties": _value},
+}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "Prove scenario",
+    "type": "object",
+    "additionalProperties": False,
+    "required": [
+        "id",
+        "title",
+        "description",
+        "tiers",
+        "systems",
+        "timeline",
+        "oracle",
+        "predicted",
+        "invariants",
+        "seeds",
+    ],  # fmt: skip
+    "properties": {
+        "id": {"type": "string", "pattern": "^S[0-9]{2}[a-zL]?$"},
+        "title": {"type": "string", "minLength": 1},
+        "description": {"type": "string", "minLength": 1},
+        "tiers": {"type": "array", "items": _tier, "minItems": 1, "uniqueItems": True},
+        "systems": {
+            "type": "array",
+            "items": {"enum": list(SYSTEMS)},
+            "minItems": 1,
+            "uniqueItems": True,
+        },  # fmt: skip
+        "params": {"type": "object"},
+        "variants": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z0-9_]+$"},
+                    "description": {"type": "string"},
+                    "tiers": {"type": "array", "items": _tier, "minItems": 1},
+                    "params": {"type": "object"},
+                    "timing": _timing,
+                    "oracle": _oracle,
+                },
+            },
+        },
+        "timing": _timing,
+        "timeline": {"type": "array", "items": _action, "minItems": 1},
+        "oracle": _oracle,
+        "predicted": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["system", "tier", "total_cents"],
+                "properties": {
+                    "system": {"enum": list(SYSTEMS)},
+                    "tier": _tier,
+                    "variant": {"type": "string"},
+                    "total_cents": {"type": "integer", "minimum": 0},
+                    "status": {"type": "string"},
+                    "note": {"type": "string"},
+                },
+            },
+        },
+        "invariants": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        "seeds": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["quick", "full"],
+            "properties": {
+                "quick": {"type": "integer", "minimum": 1},
+                "full": {"type": "integer", "minimum": 1},
+            },  # fmt: skip
+        },
+        "emulated": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+class ScenarioError(ValueError):
+    """A bad scenario file: names the file, the line, the field's path and what was expected."""
+
+    def __init__(self, path: Path | str, line: int | None, where: str, msg: str) -> None:
+        self.path, self.line, self.where, self.msg = str(path), line, where, msg
+        loc = f"{_show(path)}:{line}" if line else _show(path)
+        super().__init__(f"{loc}: {where or '(top level)'}: {msg}")
+
+
+def _show(path: Path | str) -> str:
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    description: str
+    tiers: tuple[int, ...]
+    params: dict[str, Any]
+    timing: dict[str, float]
+    oracle: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    title: str
+    description: str
+    tiers: tuple[int, ...]
+    systems: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    timeline: tuple[dict, ...]
+    predicted: tuple[dict, ...]
+    invariants: tuple[str, ...]
+    seeds: dict[str, int]
+    emulated: tuple[str, ...] = ()
+    path: str = ""
+    raw: dict = field(default_factory=dict, repr=False)
+
+    def variant(self, name: str) -> Variant:
+        return next(v for v in self.variants if v.name == name)
+
+    def steps(self, system: str, variant: Variant) -> list[tuple[str, dict]]:
+        """The timeline for one system and variant: (action, args) with `$param` and per-family
+        values ({runtime: X, temporal: Y}) resolved."""
+        out = []
+        for item in self.timeline:
+            ((name, args),) = item.items()
+            resolved = {}
+            for k, v in (args or {}).items():
+                v = resolve_param(v, variant.params)
+                if isinstance(v, dict):
+                    v = resolve_param(v.get(FAMILY[system]), variant.params)
+                resolved[k] = v
+            out.append((name, resolved))
+        return out
+
+    def oracle_for(self, variant: Variant, tier: int) -> dict:
+        """{require: {quantity: {cmp: n}}, refund_expected: bool} for one variant and tier."""
+        req = dict(variant.oracle.get("require") or {})
+        req.update((variant.oracle.get("by_tier") or {}).get(str(tier)) or {})
+        return {"require": req, "refund_expected": variant.oracle.get("refund_expected", True),
+                "note": variant.oracle.get("note", "")}  # fmt: skip
+
+    def prediction(self, system: str, tier: int, variant: str) -> dict | None:
+        rows = [p for p in self.predicted if p["system"] == system and p["tier"] == tier
+                and p.get("variant", variant) == variant]  # fmt: skip
+        return rows[0] if rows else None
+
+    def cells(self) -> list[tuple[str, str, int]]:
+        """(variant, system, tier) for every cell of the scenario."""
+        return [(v.name, s, t) for v in self.variants for s in self.systems for t in v.tiers]
+
+
+def resolve_param(value: Any, params: dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        m = _PARAM.match(value)
+        if m:
+            return params[m.group(1)]
+    return value
+
+
+# -- loading --------------------------------------------------------------------------------
+
+
+def _to_python(node: yaml.Node) -> Any:
+    return yaml.SafeLoader(" ").construct_document(node) if node is not None else None
+
+
+def _node_at(node: yaml.Node | None, path: list[Any]) -> yaml.Node | None:
+    """The deepest node along `path` (mapping keys and sequence indexes)."""
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            nxt = None
+            for k, v in node.value:
+                if k.value == str(part):
+                    nxt = v
+                    break
+            if nxt is None:
+                return node
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return node
+            node = node.value[part]
+        else:
+            return node
+    return node
+
+
+def _line(root: yaml.Node | None, path: list[Any]) -> int | None:
+    node = _node_at(root, path)
+    return node.start_mark.line + 1 if node is not None else None
+
+
+def _where(path: list[Any]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _schema_message(err: jsonschema.ValidationError) -> str:
+    v = err.validator
+    if v == "required":
+        return err.message.replace("is a required property", "is required")
+    if v == "additionalProperties" and err.validator_value is False:
+        return f"unexpected field(s): {err.message.split('(')[-1].rstrip(')')}"
+    if v == "propertyNames":
+        allowed = err.validator_value.get("enum") if isinstance(err.validator_value, dict) else None
+        return f"unknown name {err.instance!r}; expected one of: {', '.join(map(str, allowed))}" \
+            if allowed else err.message  # fmt: skip
+    if v == "enum":
+        return f"{err.instance!r} is not allowed; expected one of: " + ", ".join(
+            map(str, err.validator_value)
+        )
+    if v == "type":
+        return f"expected {err.validator_value}, got {type(err.instance).__name__} " \
+               f"{err.instance!r}"  # fmt: skip
+    return err.message
+
+
+def _catalog_invariants() -> set[str]:
+    from models import catalog
+
+    return set(catalog.load().invariants)
+
+
+def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario:
+    """Load and validate one scenario file; raise ScenarioError on the first problem."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ScenarioError(path, None, "", f"cannot read: {e.strerror}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        raise ScenarioError(path, line, "", f"not valid YAML: {getattr(e, 'problem', e)}") from None
+    data = _to_python(root)
+    if not isinstance(data, dict):
+        raise ScenarioError(path, 1, "", "expected a mapping at the top level")
+
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
+    if errors:
+        err = jsonschema.exceptions.best_match(errors) or errors[0]
+        # best_match picks the most relevant; report its deepest context when it is a oneOf.
+        while err.context:
+            err = sorted(err.context, key=lambda e: -len(e.absolute_path))[0]
+        p = list(err.absolute_path)
+        if err.validator == "propertyNames":
+            p = p + [err.instance]
+        raise ScenarioError(path, _line(root, p), _where(p), _schema_message(err))
+
+    def fail(p: list[Any], msg: str) -> None:
+        raise ScenarioError(path, _line(root, p), _where(p), msg)
+
+    if data["id"] != path.stem.split("_")[0] and path.stem != data["id"]:
+        fail(["id"], f"{data['id']!r} does not match the file name {path.name!r}")
+    known = _catalog_invariants() if known_invariants is None else known_invariants
+    for i, name in enumerate(data["invariants"]):
+        if name not in known:
+            fail(["invariants", i], f"{name!r} is not an invariant of models/catalog.yaml")
+
+    from interlock_runtime.killpoints import POINTS
+
+    base_params = data.get("params") or {}
+    raw_variants = data.get("variants") or [{"name": "base"}]
+    names = [v["name"] for v in raw_variants]
+    for i, v in enumerate(raw_variants):
+        if names.count(v["name"]) > 1:
+            fail(["variants", i, "name"], f"variant {v['name']!r} is defined twice")
+        for t in v.get("tiers", []):
+            if t not in data["tiers"]:
+                fail(["variants", i, "tiers"], f"tier {t} is not among the scenario's tiers")
+        unknown = set(v.get("params") or {}) - set(base_params)
+        if unknown:
+            fail(["variants", i, "params"], f"params {sorted(unknown)} have no default in params")
+
+    for i, item in enumerate(data["timeline"]):
+        ((action, args),) = item.items()
+        allowed = ACTIONS[action][1]
+        for k, val in (args or {}).items():
+            if k not in allowed:
+                fail(["timeline", i, action, k], f"{action} takes {list(allowed) or 'nothing'}")
+            values = list(val.values()) if isinstance(val, dict) else [val]
+            for one in values:
+                m = _PARAM.match(one) if isinstance(one, str) else None
+                if m and m.group(1) not in base_params:
+                    fail(["timeline", i, action, k], f"${m.group(1)} is not defined in params")
+                for vparams in [base_params] + [v.get("params") or {} for v in raw_variants]:
+                    point = resolve_param(one, {**base_params, **vparams})
+                    if k == "kill_at" and point and point not in POINTS:
+                        fail(["timeline", i, action, k],
+                             f"unknown kill point {point!r}; known: {', '.join(POINTS)}")  # fmt: skip
+
+    for i, p in enumerate(data["predicted"]):
+        if p["system"] not in data["systems"]:
+            fail(["predicted", i, "system"], f"{p['system']} is not among the scenario's systems")
+        if p["tier"] not in data["tiers"]:
+            fail(["predicted", i, "tier"], f"tier {p['tier']} is not among the scenario's tiers")
+        if "variant" in p and p["variant"] not in names:
+            fail(["predicted", i, "variant"], f"no variant {p['variant']!r}; have {names}")
+
+    timing = {**DEFAULT_TIMING, **(data.get("timing") or {})}
+    variants = []
+    for v in raw_variants:
+        oracle = copy.deepcopy(data["oracle"])
+        vo = v.get("oracle") or {}
+        oracle.setdefault("require", {}).update(vo.get("require") or {})
+        for t, req in (vo.get("by_tier") or {}).items():
+            oracle.setdefault("by_tier", {}).setdefault(t, {}).update(req)
+        for k in ("refund_expected", "note"):
+            if k in vo:
+                oracle[k] = vo[k]
+        variants.append(Variant(
+            name=v["name"], description=v.get("description", ""),
+            tiers=tuple(v.get("tiers") or data["tiers"]),
+            params={**base_params, **(v.get("params") or {})},
+            timing={**timing, **(v.get("timing") or {})}, oracle=oracle,
+        ))  # fmt: skip
+    return Scenario(
+        id=data["id"], title=data["title"], description=data["description"].strip(),
+        tiers=tuple(data["tiers"]), systems=tuple(data["systems"]), variants=tuple(variants),
+        timeline=tuple(data["timeline"]), predicted=tuple(data["predicted"]),
+        invariants=tuple(data["invariants"]), seeds=dict(data["seeds"]),
+        emulated=tuple(data.get("emulated") or ()), path=str(path), raw=data,
+    )  # fmt: skip
+
+
+def load_all(ids: list[str] | None = None, directory: Path | str = SCENARIOS) -> list[Scenario]:
+    """Every scenario in `directory`, in id order; `ids` filters (an unknown id is an error)."""
+    files = sorted(Path(directory).glob("*.yaml"))
+    known = _catalog_invariants()
+    scns = [load(f, known) for f in files]
+    if ids:
+        have = {s.id for s in scns}
+        missing = [i for i in ids if i not in have]
+        if missing:
+            raise ScenarioError(directory, None, "", f"unknown scenario id(s) {missing}; "
+                                f"have {sorted(have)}")  # fmt: skip
+        scns = [s for s in scns if s.id in ids]
+    return scns
