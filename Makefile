@@ -37,6 +37,10 @@ format: setup
 test: setup pg-start lint
 	$(BIN)/python -m pytest
 
+# The conformance suite alone; LONG=1 runs the Hypothesis state machine far longer.
+conformance: setup pg-start
+	ILR_LONG=$(if $(LONG),1,0) $(BIN)/python -m pytest conformance -q
+
 prove: setup pg-start
 	$(BIN)/python -m prove
 
