@@ -628,7 +628,7 @@ def resolve_orphan(ctx: WorkflowContext, target: Any, effect_row: dict) -> Effec
     """rt.recover_orphans: run the recovery path for an effect whose workflow will never run
     again, under a synthetic claim; writes the journal and the effects row only."""
     spec = check_target(target)
-    call = EffectCall(ctx, 0, "$orphan", target, spec, "", effect_row["payload"], None,
+    call = EffectCall(ctx, 0, "$orphan", target, spec, "orphan", effect_row["payload"], None,
                       effect_row["grant_id"], getattr(target, "action", "refund"), (), False, None)  # fmt: skip
     call.eid = effect_row["effect_id"]
     call.ph = effect_row["payload_hash"]

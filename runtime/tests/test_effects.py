@@ -317,3 +317,30 @@ def test_late_result_after_a_takeover_is_preserved(dsn, workers, target_factory)
     assert eff["late_result"]["from_epoch"] == 2
     assert eff["late_result"]["state_at_arrival"] == "committed"
     assert v["valid"] and v["happened"] is True and v["happened_once"] is True
+
+
+def test_recover_orphans_resolves_effects_of_a_workflow_that_will_never_run(
+    dsn, workers, target_factory
+) -> None:
+    """A workflow that ended stuck with its effect still dispatched: rt.recover_orphans resolves
+    it under a synthetic claim ($recovery) and restores the workflow's status."""
+    import time
+
+    from prove.target_client import LocalRefunds
+
+    target, admin = target_factory(2)
+    with Runtime(dsn) as rt:
+        dying = workers("W1", env={"ILR_KILL_AT": "effect_after_dispatch"}, lease_ttl=1.5)
+        start_and_approve(rt, "wf-orphan", case(target, 2))
+        assert dying.proc.wait(timeout=30) == -signal.SIGKILL
+        rt._execute("update ilr.workflows set status = 'stuck', owner = null, "
+                    "lease_expires_at = null where id = 'wf-orphan'")  # fmt: skip
+        assert rt.recover_orphans({"local-refunds": LocalRefunds(target.url, PAYMENT, 2)}) == []
+        time.sleep(2.5 + 1.0 + 0.2)  # past send_deadline + settle_margin
+        done = rt.recover_orphans({"local-refunds": LocalRefunds(target.url, PAYMENT, 2)})
+        row = rt.describe("wf-orphan")
+        eff = rt.effects("wf-orphan")[0]
+    assert [d["outcome"] for d in done] == ["REAPPLIED_AFTER_QUERY"]
+    assert eff["state"] == "committed" and refunds(admin) == [2000]
+    assert row["status"] == "stuck" and row["claims"][-1]["owner"] == "$recovery"
+    assert not any(s["kind"] == "effect" for s in row["steps"])  # journal and effects row only
