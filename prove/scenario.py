@@ -364,9 +364,12 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
         while err.context:
             err = sorted(err.context, key=lambda e: -len(e.absolute_path))[0]
         p = list(err.absolute_path)
-        if err.validator == "propertyNames":
+        msg = _schema_message(err)
+        if "propertyNames" in err.schema_path:  # a key that is not allowed: point at the key
             p = p + [err.instance]
-        raise ScenarioError(path, _line(root, p), _where(p), _schema_message(err))
+            allowed = err.validator_value if err.validator == "enum" else []
+            msg = f"unknown name {err.instance!r}; expected one of: {', '.join(map(str, allowed))}"
+        raise ScenarioError(path, _line(root, p), _where(p), msg)
 
     def fail(p: list[Any], msg: str) -> None:
         raise ScenarioError(path, _line(root, p), _where(p), msg)

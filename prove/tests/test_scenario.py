@@ -1,0 +1,152 @@
+"""The scenario format: every shipped scenario loads; bad files name the file, line and field."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from prove import report
+from prove.scenario import SCENARIOS, ScenarioError, load, load_all
+
+GOOD = textwrap.dedent("""\
+    id: S99
+    title: a test scenario
+    description: kill after send, restart
+    tiers: [1, 2]
+    systems: [runtime, temporal_idem]
+    seeds: {quick: 2, full: 10}
+    params:
+      point: effect_after_send
+    variants:
+      - name: base
+      - name: other
+        params: {point: effect_after_dispatch}
+        tiers: [2]
+    timeline:
+      - workers: {kill_at: {runtime: $point, temporal: effect_after_send}}
+      - start:
+      - approve: {amount: 2000}
+      - wait_crash:
+      - down:
+      - restart:
+      - wait_result:
+    oracle:
+      require: {agent_applications: {eq: 1}}
+      by_tier:
+        "2": {agent_applications: {le: 1}}
+    predicted:
+      - {system: runtime, tier: 1, total_cents: 2000, status: COMMITTED_BY_RETRY}
+      - {system: temporal_idem, tier: 2, total_cents: 4000}
+    invariants: [AtMostOneCommit]
+    """)
+
+
+def write(tmp_path: Path, text: str, name: str = "S99.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_every_shipped_scenario_loads() -> None:
+    scns = load_all()
+    ids = [s.id for s in scns]
+    assert {"S01", "S02", "S03"} <= set(ids)
+    assert ids == sorted(ids)
+    for s in scns:
+        assert s.cells() and s.invariants
+        for vname, system, tier in s.cells():
+            assert s.prediction(system, tier, vname) is not None, (s.id, vname, system, tier)
+
+
+def test_a_good_file_resolves_params_families_and_oracles(tmp_path) -> None:
+    s = load(write(tmp_path, GOOD))
+    assert s.cells() == [("base", "runtime", 1), ("base", "runtime", 2),
+                         ("base", "temporal_idem", 1), ("base", "temporal_idem", 2),
+                         ("other", "runtime", 2), ("other", "temporal_idem", 2)]  # fmt: skip
+    base, other = s.variants
+    assert s.steps("runtime", base)[0] == ("workers", {"kill_at": "effect_after_send"})
+    assert s.steps("runtime", other)[0] == ("workers", {"kill_at": "effect_after_dispatch"})
+    assert s.steps("temporal_idem", other)[0] == ("workers", {"kill_at": "effect_after_send"})
+    assert s.oracle_for(base, 1)["require"] == {"agent_applications": {"eq": 1}}
+    assert s.oracle_for(base, 2)["require"] == {"agent_applications": {"le": 1}}
+    assert base.timing["lease_ttl"] == 5.0 and base.timing["settle_margin"] == 5.0
+    assert s.prediction("runtime", 1, "base")["status"] == "COMMITTED_BY_RETRY"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "where", "expected"),
+    [
+        ("tiers: [1, 2]", "tiers: [1, 4]", 4, "tiers[1]", "expected one of: 1, 2, 3"),
+        ("  - start:\n", "  - launch:\n", 16, "timeline[1].launch", "unknown name 'launch'"),
+        ("seeds: {quick: 2, full: 10}", "seeds: {quick: 0, full: 10}", 6, "seeds.quick",
+         "minimum of 1"),
+        ("title: a test scenario\n", "", 1, "", "'title' is required"),
+        ("invariants: [AtMostOneCommit]", "invariants: [AtMostOnceCommit]", 29,
+         "invariants[0]", "not an invariant of models/catalog.yaml"),
+        ("temporal: effect_after_send}", "temporal: effect_after_lunch}", 15,
+         "timeline[0].workers.kill_at", "unknown kill point 'effect_after_lunch'"),
+        ("{system: temporal_idem, tier: 2", "{system: temporal_check, tier: 2", 28,
+         "predicted[1].system", "not among the scenario's systems"),
+        ("approve: {amount: 2000}", "approve: {amount: 2000, by: bob}", 17,
+         "timeline[2].approve.by", "approve takes ['amount']"),
+        ("require: {agent_applications: {eq: 1}}", "require: {agents: {eq: 1}}", 23,
+         "oracle.require.agents", "unknown name 'agents'"),
+        ("runtime: $point", "runtime: $nowhere", 15, "timeline[0].workers.kill_at",
+         "$nowhere is not defined in params"),
+    ],
+)  # fmt: skip
+def test_bad_files_name_the_file_line_and_field(tmp_path, old, new, line, where, expected) -> None:
+    assert old in GOOD
+    path = write(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(ScenarioError) as e:
+        load(path)
+    err = e.value
+    assert err.path == str(path) and err.where == where and expected in err.msg, str(err)
+    if line is not None:
+        assert err.line == line, str(err)
+        assert f"S99.yaml:{line}: {where or '(top level)'}: " in str(err)
+
+
+def test_yaml_syntax_error_gives_the_line(tmp_path) -> None:
+    path = write(tmp_path, GOOD.replace("tiers: [1, 2]", "tiers: [1, 2"))
+    with pytest.raises(ScenarioError, match=r"S99.yaml:\d+: \(top level\): not valid YAML"):
+        load(path)
+
+
+def test_id_must_match_the_file_and_unknown_ids_are_refused(tmp_path) -> None:
+    with pytest.raises(ScenarioError, match=r"S99.yaml:1: id: 'S98' does not match"):
+        load(write(tmp_path, GOOD.replace("id: S99", "id: S98")))
+    write(tmp_path, GOOD)
+    with pytest.raises(ScenarioError, match=r"unknown scenario id\(s\) \['S42'\]"):
+        load_all(["S42"], directory=tmp_path)
+
+
+def test_the_cli_exits_2_on_bad_input(capsys) -> None:
+    from prove.__main__ import main
+
+    assert main(["--scenarios", "S42", "--no-report"]) == 2
+    assert "unknown scenario id" in capsys.readouterr().err
+    assert main(["--systems", "temporal_x"]) == 2
+    assert main(["--tiers", "4"]) == 2
+
+
+def test_wilson_and_verdicts() -> None:
+    lo, hi = report.wilson(100, 100)
+    assert hi > 0.9999 and 0.96 < lo < 0.97
+    lo, hi = report.wilson(0, 3)
+    assert lo == 0.0 and 0.56 < hi < 0.57
+    cell = lambda k, n, dup=0, blk=0: {  # noqa: E731
+        "n": n, "correct_rate": k / n, "wilson95": list(report.wilson(k, n)),
+        "per_1000": {"duplicate_applications": dup, "blocked_never_sent": blk}}  # fmt: skip
+    assert report.verdict(cell(100, 100), cell(0, 100)) == "better"
+    assert report.verdict(cell(0, 100), cell(100, 100)) == "worse"
+    assert report.verdict(cell(50, 100), cell(52, 100)).startswith("equal")
+    assert report.verdict(cell(100, 100, 0, 500), cell(0, 100, 1000, 0)) == (
+        "better (duplicates), worse (availability)"
+    )
+
+
+def test_scenarios_readme_exists() -> None:
+    assert (SCENARIOS / "README.md").read_text().count("```yaml") >= 1
