@@ -14,6 +14,7 @@
     interlock ambiguous [--json]
     interlock reconcile EFFECT_ID --evidence TEXT --by WHO
     interlock revoke GRANT_ID --by WHO
+    interlock roles [--login USER=worker|operator|auditor ...]   (with an admin DSN)
 
 Every verb takes --dsn (default: ILR_DSN, else the project's own cluster).
 """
@@ -224,6 +225,18 @@ def _revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _roles(args: argparse.Namespace) -> int:
+    from . import db
+
+    logins = dict(item.split("=", 1) for item in args.login)
+    with db.connect(args.dsn or local_postgres.dsn()) as conn:
+        db.apply_schema(conn)
+        db.apply_roles(conn, logins)
+    print("roles ilr_worker, ilr_operator, ilr_auditor are in place"
+          + "".join(f"\n  login {u} -> ilr_{r}" for u, r in logins.items()))  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="interlock", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -284,6 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
              json_flag=False)  # fmt: skip
     p.add_argument("grant_id")
     p.add_argument("--by", required=True)
+    p = verb("roles", _roles, "create the least-privilege roles (needs an admin DSN)",
+             json_flag=False)  # fmt: skip
+    p.add_argument("--login", action="append", default=[], metavar="USER=ROLE",
+                   help="also create a login user in ilr_worker, ilr_operator or ilr_auditor")  # fmt: skip
     sub.add_parser("verify", help="verify a receipt bundle file (see `interlock verify --help`)",
                    add_help=False)  # fmt: skip
     return parser

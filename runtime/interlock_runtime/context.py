@@ -131,10 +131,6 @@ def successor_id(wf_id: str) -> str:
     return f"{m.group(1)}#{int(m.group(2)) + 1}" if m else f"{wf_id}#1"
 
 
-def chain_root(wf_id: str) -> str:
-    return re.sub(r"#\d+$", "", wf_id)
-
-
 def _iso(ts: datetime) -> str:
     return ts.isoformat()
 

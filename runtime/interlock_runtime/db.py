@@ -133,3 +133,24 @@ def to_json_text(value: Any, what: str) -> str:
 def json_value(value: Any, what: str) -> Any:
     """The value as it will read back from jsonb (tuples become lists, ...); TypeError if not JSON."""
     return None if value is None else json.loads(to_json_text(value, what))
+
+
+ROLES = ("worker", "operator", "auditor")
+
+
+def apply_roles(conn: psycopg.Connection, logins: dict[str, str] | None = None) -> None:
+    """Create the ilr_worker/ilr_operator/ilr_auditor roles and their grants (sql/roles.sql),
+    and optionally login users, each a member of one role: {"alice": "operator"}."""
+    from psycopg import sql
+
+    with conn.transaction():
+        conn.execute("select pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        conn.execute(_sql_text("roles.sql"))
+        for user, role in (logins or {}).items():
+            if role not in ROLES:
+                raise ValueError(f"role {role!r}: choose one of {', '.join(ROLES)}")
+            exists = conn.execute("select 1 from pg_roles where rolname = %s", (user,)).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("create role {} login").format(sql.Identifier(user)))
+            conn.execute(sql.SQL("grant {} to {}").format(sql.Identifier(f"ilr_{role}"),
+                                                          sql.Identifier(user)))  # fmt: skip

@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 
 from . import db, killpoints, local_postgres
-from .context import Run, WorkflowContext, chain_root
+from .context import Run, WorkflowContext
 from .errors import (
     Cancelled,
     CodeChanged,
@@ -36,7 +36,7 @@ from .errors import (
     Suspend,
 )
 from .events import JsonLines, emit, log
-from .runtime import TERMINAL, register_deployment, signal_in
+from .runtime import register_deployment
 from .workflow import WorkflowDef, collect, definition
 
 
@@ -284,12 +284,10 @@ class Worker:
 
     def _tell_parent(self, ctx: WorkflowContext, status: str, result: Any, error: Any) -> None:
         """The child's completion transaction signals `$done:<id>` to its parent (spec B8)."""
-        parent = ctx._run.parent_id
-        row = ctx._conn.execute(db.query("lock_workflow"), {"id": parent}).fetchone()
-        if row is None or row["status"] in TERMINAL:
-            return  # the parent ended first (cancelled, say): nobody waits
         done = {"status": status, "result": result, "error": error}
-        signal_in(ctx._conn, parent, f"$done:{chain_root(ctx.workflow_id)}", done, ctx.workflow_id)
+        ctx._conn.execute(
+            db.query("signal_parent"), {"child": ctx.workflow_id, "done": db.jsonb(done)}
+        )
 
     def _finish(self, ctx: WorkflowContext, status: str, result: Any = None,
                 error: Any = None) -> None:  # fmt: skip

@@ -265,9 +265,8 @@ values (%(eid)s, %(kind)s, %(body)s, %(prev)s, %(hash)s);
 -- name: lock_grant_for_share
 -- FOR SHARE: a concurrent revoke (UPDATE) waits for this transaction, and this one waits for
 -- a revoke in progress, so authority is linearized with the dispatch (RevokeLinearizable).
-select id, principal, action, max_cents, payload_hash, facts_seen, granted_by, expires_at,
-       revoked_at, (revoked_at is null and (expires_at is null or expires_at > now())) as live
-  from ilr.grants where id = %(grant)s for share;
+-- Through a SECURITY DEFINER function so the worker role needs no write privilege on grants.
+select * from ilr.lock_grant_for_share(%(grant)s);
 
 -- name: get_grant
 select id, principal, action, max_cents, payload_hash, facts_seen, granted_by, expires_at,
@@ -362,3 +361,6 @@ select * from claimed;
 update ilr.workflows
    set status = %(status)s, owner = null, lease_expires_at = null, updated_at = now()
  where id = %(wf)s and epoch = %(epoch)s;
+
+-- name: signal_parent
+select ilr.signal_parent(%(child)s, %(done)s) as signal_id;

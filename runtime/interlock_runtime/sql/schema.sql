@@ -166,3 +166,46 @@ create or replace trigger effects_guard before update on ilr.effects
 -- Columns added after the first release of this file (kept idempotent for older databases).
 alter table ilr.workflows add column if not exists cancel_requested_by text;
 alter table ilr.grants add column if not exists revoked_by text;
+
+-- ============================================================================================
+-- Narrow doors for the worker role (sql/roles.sql). A worker may read grants but never write
+-- them; yet T_dispatch must hold the grant FOR SHARE, which Postgres allows only to a role that
+-- may UPDATE the table. These SECURITY DEFINER functions do exactly one thing each, so a worker
+-- needs no write privilege on grants and cannot insert a signal (an approval) itself.
+-- ============================================================================================
+
+create or replace function ilr.lock_grant_for_share(grant_id text)
+returns table (id text, principal text, action text, max_cents bigint, payload_hash text,
+               facts_seen jsonb, granted_by text, expires_at timestamptz,
+               revoked_at timestamptz, live boolean)
+language sql security definer set search_path = pg_catalog, ilr as $$
+  select g.id, g.principal, g.action, g.max_cents, g.payload_hash, g.facts_seen, g.granted_by,
+         g.expires_at, g.revoked_at,
+         (g.revoked_at is null and (g.expires_at is null or g.expires_at > now())) as live
+    from ilr.grants g where g.id = grant_id for share
+$$;
+
+-- A child's completion transaction tells its parent: only `$done:<child>` signals, only to the
+-- child's own parent, only while the parent is not terminal (then nobody waits).
+create or replace function ilr.signal_parent(child_id text, done jsonb) returns bigint
+language plpgsql security definer set search_path = pg_catalog, ilr as $$
+declare
+  parent text;
+  parent_status text;
+  signal_id bigint;
+begin
+  select w.parent_id into parent from ilr.workflows w where w.id = child_id;
+  if parent is null then return null; end if;
+  select w.status into parent_status from ilr.workflows w where w.id = parent for update;
+  if parent_status in ('completed','failed','cancelled','stuck','continued') then return null; end if;
+  insert into ilr.signals (workflow_id, name, payload, sender)
+  values (parent, '$done:' || regexp_replace(child_id, '#[0-9]+$', ''), done, child_id)
+  returning id into signal_id;
+  update ilr.workflows
+     set available_at = now(),
+         status = case when status = 'sleeping' then 'pending' else status end,
+         updated_at = now()
+   where id = parent;
+  perform pg_notify('ilr_ready', parent);
+  return signal_id;
+end $$;
