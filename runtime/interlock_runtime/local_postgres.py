@@ -183,6 +183,29 @@ def _initdb(lay: Layout) -> None:
         f.write("\n# Interlock Runtime (local_postgres.py)\n" + lines)
 
 
+def _pg_ctl_start(lay: Layout, attempts: int = 4) -> None:
+    """pg_ctl start, retried: the fixed port sits in the kernel's ephemeral range, so a client
+    socket may hold it for a moment (bind fails with 'Address already in use')."""
+    for attempt in range(attempts):
+        try:
+            _run(
+                lay,
+                ["pg_ctl", "start", "-D", lay.data_dir, "-l", str(lay.log_file), "-w", "-t", "60"],
+            )
+            return
+        except PostgresError:
+            if attempt == attempts - 1 or "Address already in use" not in _log_tail(lay):
+                raise
+            time.sleep(1.0 + attempt)
+
+
+def _log_tail(lay: Layout) -> str:
+    try:
+        return lay.log_file.read_text(errors="replace")[-2000:]
+    except OSError:
+        return ""
+
+
 def is_running(lay: Layout | None = None) -> bool:
     lay = lay or layout()
     if not _initialized(lay):
@@ -224,7 +247,7 @@ def start() -> str:
         )
     if not _initialized(lay):
         _initdb(lay)
-    _run(lay, ["pg_ctl", "start", "-D", lay.data_dir, "-l", str(lay.log_file), "-w", "-t", "60"])
+    _pg_ctl_start(lay)
     _record(lay)
     _ensure_database()
     return f"started on 127.0.0.1:{lay.port} (data {lay.data_dir})"
@@ -240,6 +263,16 @@ def stop() -> str:
     return "stopped"
 
 
+def crash() -> str:
+    """`pg_ctl stop -m immediate`: the server dies without a checkpoint (a real crash)."""
+    if external_dsn():
+        raise PostgresError("ILR_DSN is set: crash only works on the project's own cluster")
+    lay = layout()
+    if is_running(lay):
+        _run(lay, ["pg_ctl", "stop", "-D", lay.data_dir, "-m", "immediate", "-w", "-t", "60"])
+    return "crashed (stop -m immediate)"
+
+
 def restart_immediate() -> str:
     """A real crash: `pg_ctl stop -m immediate` (no checkpoint, WAL replay on start), then start."""
     if external_dsn():
@@ -252,7 +285,7 @@ def restart_immediate() -> str:
     deadline = time.monotonic() + 30
     while _port_open(lay.port) and time.monotonic() < deadline:
         time.sleep(0.05)
-    _run(lay, ["pg_ctl", "start", "-D", lay.data_dir, "-l", str(lay.log_file), "-w", "-t", "60"])
+    _pg_ctl_start(lay)
     return f"crashed and restarted on 127.0.0.1:{lay.port}"
 
 

@@ -14,6 +14,7 @@ import argparse
 import importlib
 import logging
 import os
+import random
 import signal
 import socket
 import sys
@@ -38,6 +39,21 @@ from .errors import (
 from .events import JsonLines, emit, log
 from .runtime import register_deployment
 from .workflow import WorkflowDef, collect, definition
+
+
+class Backoff:
+    """Capped exponential backoff with jitter for reconnecting to the database."""
+
+    def __init__(self, first: float = 0.1, cap: float = 2.0):
+        self.first, self.cap, self.failures = first, cap, 0
+
+    def next(self) -> float:
+        self.failures += 1
+        delay = min(self.cap, self.first * 2 ** (self.failures - 1))
+        return delay * (0.5 + random.random() / 2)
+
+    def reset(self) -> None:
+        self.failures = 0
 
 
 class Worker:
@@ -88,8 +104,21 @@ class Worker:
         self._slot_freed.set()
 
     def run(self) -> None:
-        """Serve until stop() (or SIGTERM via install_signal_handlers)."""
-        self.register()
+        """Serve until stop() (or SIGTERM). Survives the database going away: every loop
+        reconnects with capped exponential backoff, never a crash loop."""
+        backoff = Backoff()
+        while not self.stopping.is_set():
+            try:
+                self.register()
+                break
+            except psycopg.OperationalError as exc:
+                emit(
+                    "db_unavailable",
+                    worker=self.worker_id,
+                    error=str(exc).strip(),
+                    during="register",
+                )
+                self.stopping.wait(backoff.next())
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heartbeat.start()
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="run") as pool:
@@ -99,13 +128,17 @@ class Worker:
                     if listener is None or listener.closed:
                         listener = db.connect(self.dsn)
                         listener.execute("listen ilr_ready")
+                        if backoff.failures:
+                            emit("db_available", worker=self.worker_id, after=backoff.failures)
+                        backoff.reset()
                     self._claim_and_wait(listener, pool)
                 except psycopg.OperationalError as exc:
-                    emit("db_unavailable", worker=self.worker_id, error=str(exc).strip())
+                    if backoff.failures == 0:
+                        emit("db_unavailable", worker=self.worker_id, error=str(exc).strip())
                     if listener is not None:
                         listener.close()
                     listener = None
-                    self.stopping.wait(self.poll)
+                    self.stopping.wait(backoff.next())
             if listener is not None:
                 listener.close()
         emit("stopped", worker=self.worker_id)
