@@ -99,6 +99,8 @@ def percentile(values: list[float], q: float) -> float | None:
 def aggregate(scns: list[Scenario], results: list[dict]) -> list[dict]:
     by_cell: dict[tuple, list[dict]] = defaultdict(list)
     for r in results:
+        if r.get("error"):  # a harness error (a service failed) is not a measurement
+            continue
         i = r["identity"]
         by_cell[(i["scenario"], i["variant"], i["system"], i["tier"])].append(r)
     cells = []
@@ -201,6 +203,7 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
     mismatches = [c for c in cells if c["prediction_checked"]
                   and c["prediction_held"] < c["prediction_checked"]]  # fmt: skip
     seeds = sorted({r["identity"]["seed"] for r in results})
+    errors = [r for r in results if r.get("error")]
     generated = time.strftime("%Y-%m-%d %H:%M:%S %Z")
 
     md: list[str] = []
@@ -319,6 +322,13 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
             f"{', '.join(c['harness_errors']) or '-'} |"
         )
 
+    if errors:
+        w(
+            "\nRuns that ended in a harness error (a service failed; not measurements, left out of "
+            "every n above):\n"
+        )
+        for r in errors:
+            w(f"- {r['identity']['run_id']}: {str(r['error'])[:200]}")
     w("\n## 3. Stripe live\n")
     w(
         "Not run: Stripe live mode cannot be reached from this machine (DESIGN A3). The "
@@ -365,6 +375,7 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "scenarios": [{"id": s.id, "title": s.title, "invariants": list(s.invariants),
                        "predicted": list(s.predicted)} for s in scns],
         "cells": cells, "rows": table,
+        "harness_errors": [{"run_id": r["identity"]["run_id"], "error": r["error"]} for r in errors],
         "mismatches": [{k: c[k] for k in ("scenario", "variant", "system", "tier", "expected",
                                           "observed")} for c in mismatches],
         "activity_bodies": {m: activity_source(m) for m in ("temporal_idem", "temporal_check")},

@@ -599,8 +599,9 @@ def sweep(services: Services, runs: list[tuple], out_dir: Path, jobs: int = 2,
     for item in runs:
         scn, variant, system, tier, seed = item
         path = out_dir / f"{scn.id}-{variant.name}-{system}-t{tier}-s{seed}.json"
-        if resume and path.exists():
-            results.append(json.loads(path.read_text()))
+        done_before = json.loads(path.read_text()) if resume and path.exists() else None
+        if done_before and not done_before.get("error"):  # a harness error is run again
+            results.append(done_before)
         else:
             todo.append(item)
     t0, done, bad = time.time(), 0, 0
