@@ -88,9 +88,9 @@ class Cell:
 CELLS: tuple[Cell, ...] = tuple(
     [Cell(fault, tier) for fault in FAULTS for tier in (1, 2, 3)]
     + [Cell("key_expired", 1, queryable=False)]
-    # Beyond the list: a tier-2 target that declares no lookup (spec 5.4 lets a target
-    # set `queryable`), probing recovery (c) "at tier 2 ... also call target.query".
-    + [Cell("crash_before_ack", 2, queryable=False)]
+    # A tier-2 target that declares no lookup was a cell here; it found a blind resend at
+    # recovery. The runtime now refuses such a target (check_target: a target that neither
+    # dedupes nor answers lookups is tier 3), tested in runtime/tests/test_effects.py.
 )
 CELLS_BY_ID = {c.id: c for c in CELLS}
 

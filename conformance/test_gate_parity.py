@@ -56,16 +56,7 @@ KILL_POINT = {
 
 # Cells where the runtime and the reference disagree, with the reason (xfail strict: a cell
 # that starts to agree fails until it is removed from here).
-DISAGREE: dict[str, str] = {
-    "crash_before_ack-t2nq": (
-        "runtime: a tier-2 target with queryable=False is resent at recovery without any lookup "
-        "(REAPPLIED_AFTER_QUERY, ledger [2000, 2000], verify happened_once true); spec 5.7 "
-        "recovery (c) says 'At tier 2 ... also call found = target.query(eid, payload)', and the "
-        "T_resolve table resends only when 'not stale, not found'; with no lookup nothing was "
-        "found or not found, and a target that neither dedupes nor answers lookups is tier 3 "
-        "(B1): the reference marks it AMBIGUOUS"
-    ),
-}
+DISAGREE: dict[str, str] = {}
 
 
 def wf_id(cell: pf.Cell, role: str) -> str:

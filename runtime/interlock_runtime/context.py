@@ -237,8 +237,8 @@ class WorkflowContext:
             self._run.cancel_requested_at = fence["cancel_requested_at"]
 
     def _insert_step(self, seq: int, kind: str, name: str, output: Any = None,
-                     error: Any = None, fingerprint: str | None = None) -> None:  # fmt: skip
-        """Insert a step row inside an open fenced transaction."""
+                     error: Any = None, fingerprint: str | None = None) -> Any:  # fmt: skip
+        """Insert a step row inside an open fenced transaction; returns the output as stored."""
         params = {
             "wf": self.workflow_id,
             "seq": seq,
@@ -249,12 +249,12 @@ class WorkflowContext:
             "error": db.jsonb(error) if error is not None else None,
             "epoch": self.epoch,
         }
-        self._conn.execute(db.query("insert_step"), params)
+        return self._conn.execute(db.query("insert_step"), params).fetchone()["output"]
 
     def _record(self, seq: int, kind: str, name: str, output: Any = None, error: Any = None,
-                fingerprint: str | None = None) -> None:  # fmt: skip
+                fingerprint: str | None = None) -> Any:  # fmt: skip
         with self._fenced_write():
-            self._insert_step(seq, kind, name, output, error, fingerprint)
+            return self._insert_step(seq, kind, name, output, error, fingerprint)
 
     def _waiting_for(self, seq: int, kind: str) -> dict:
         waiting = self._run.waiting or {}
@@ -312,10 +312,10 @@ class WorkflowContext:
         except TypeError as exc:  # a bug in the body, not a transient failure: no retry
             self._fail(seq, kind, name, exc, attempt, fingerprint)
         killpoints.hit(after_body)
-        self._record(seq, kind, name, output=output, fingerprint=fingerprint)
+        stored = self._record(seq, kind, name, output=output, fingerprint=fingerprint)
         if kind == "step":
             killpoints.hit("step_after_record")
-        return output
+        return stored  # exactly what a replay returns
 
     def _fail(self, seq: int, kind: str, name: str, exc: Exception, attempt: int,
               fingerprint: str | None) -> None:  # fmt: skip

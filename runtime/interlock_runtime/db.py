@@ -125,9 +125,27 @@ def jsonb(value: Any) -> Jsonb:
 def to_json_text(value: Any, what: str) -> str:
     """Canonical JSON or a clear error: JSON values only (no NaN, no objects we cannot read back)."""
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"{what} is not JSON-serializable: {exc}") from None
+    if ("\\u0000" in text or "\\ud" in text) and _unstorable(value):
+        raise TypeError(f"{what} is not storable in Postgres: it contains a NUL character or a "
+                        "lone UTF-16 surrogate (jsonb refuses both); remove or decode it")  # fmt: skip
+    return text
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _unstorable(value: Any) -> bool:
+    """True if any string (or key) holds NUL or a lone surrogate (only called on a hint)."""
+    if isinstance(value, str):
+        return _UNSTORABLE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_unstorable(k) or _unstorable(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_unstorable(v) for v in value)
+    return False
 
 
 def json_value(value: Any, what: str) -> Any:

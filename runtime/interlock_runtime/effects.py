@@ -104,6 +104,12 @@ def check_target(target: Any) -> TargetSpec:
         raise InvalidInput(f"target {target.name!r} has tier {tier!r}; a tier is 1, 2 or 3")
     vals = {k: float(getattr(target, k, v)) for k, v in TARGET_DEFAULTS.items()}
     queryable = bool(getattr(target, "queryable", tier == 2))
+    if tier == 2 and not queryable:
+        raise InvalidInput(
+            f"target {target.name!r}: tier 2 means the target answers lookups (query) but does "
+            "not dedupe; a target that does neither is tier 3 (recovery cannot tell whether a "
+            "send landed, so it must not resend)"
+        )
     if queryable and not callable(getattr(target, "query", None)):
         raise InvalidInput(f"target {target.name!r} is queryable but has no query() method")
     if tier == 1 and vals["dedup_margin"] <= vals["send_timeout"] + vals["settle_margin"]:
@@ -189,6 +195,7 @@ class EffectCall:
             decision,
         )
         self.conn = ctx._conn
+        self.records_step = True
 
     # -- outcomes ---------------------------------------------------------------------------
 
@@ -196,10 +203,12 @@ class EffectCall:
         return EffectResult(status, self.eid, result)
 
     def _record(self, status: str, result: Any = None) -> EffectResult:
-        """Insert the effect's step row inside the open fenced transaction."""
+        """Insert the effect's step row inside the open fenced transaction (unless this call
+        only resolves someone else's send: orphans, or a caller offering another payload)."""
         res = self._result(status, result)
-        self.ctx._insert_step(self.seq, "effect", self.name, output=asdict(res),
-                              fingerprint=self.fingerprint)  # fmt: skip
+        if self.records_step:
+            self.ctx._insert_step(self.seq, "effect", self.name, output=asdict(res),
+                                  fingerprint=self.fingerprint)  # fmt: skip
         return res
 
     def _suspend_until(self, fence_now: datetime, until: datetime, why: str) -> None:
@@ -556,31 +565,13 @@ class EffectCall:
         return self._send_and_commit(t0, via=resend_via, rechecked=rechecked)
 
     def _resend_recorded(self, read: dict, t0: float, via: str, rechecked: dict) -> None:
-        """B13: a caller with another payload first settles the recorded send (recorded
-        payload), without taking its status."""
-        offered = self.payload
-        self.payload = read["payload"]
-        try:
-            result = self._watched_apply(t0)
-        except Exception:  # noqa: BLE001 - unknown: stays dispatched, recovery comes back
-            self.payload = offered
-            return
+        """B13: a caller with another payload first settles the recorded send (with the
+        recorded payload), without taking its status: no step row is written."""
+        offered, self.payload, self.records_step = self.payload, read["payload"], False
+        try:  # an unknown outcome suspends this workflow until recovery may look again
+            self._send_and_commit(t0, via=via, rechecked=rechecked)
         finally:
-            self.payload = offered
-        if result is _NOT_SENT:
-            return
-        killpoints.hit("resolve_after_send")
-        result = db.json_value(result, "the target's response")
-        with self.ctx._fenced_write() as fence:
-            eff = self.conn.execute(db.query("lock_effect"), {"eid": self.eid}).fetchone()
-            if eff["state"] == "dispatched" and self._dispatched_by_me(eff):
-                chain = _Chain(
-                    self.conn, self.eid, _entries(self.conn, self.eid), fence["now"].timestamp()
-                )
-                chain.append("COMMITTED", via=via, rechecked=rechecked, result=result)
-                self.conn.execute(
-                    db.query("set_effect_state"), {"eid": self.eid, "state": "committed"}
-                )
+            self.payload, self.records_step = offered, True
 
 
 _NOT_SENT = object()
@@ -632,5 +623,5 @@ def resolve_orphan(ctx: WorkflowContext, target: Any, effect_row: dict) -> Effec
                       effect_row["grant_id"], getattr(target, "action", "refund"), (), False, None)  # fmt: skip
     call.eid = effect_row["effect_id"]
     call.ph = effect_row["payload_hash"]
-    call._record = lambda status, result=None: call._result(status, result)  # type: ignore[method-assign]
+    call.records_step = False
     return call._recover(effect_row)

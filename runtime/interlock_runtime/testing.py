@@ -41,7 +41,7 @@ def with_dbname(dsn: str, name: str) -> str:
 @contextmanager
 def template_database(admin: str) -> Iterator[str]:
     """A database holding the schema, cloned by fresh_database; dropped at exit."""
-    name = f"ilr_tpl_{os.getpid()}"
+    name = f"ilr_tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"  # unique even within one process
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'drop database if exists "{name}" with (force)')
         conn.execute(f'create database "{name}"')

@@ -344,3 +344,13 @@ def test_recover_orphans_resolves_effects_of_a_workflow_that_will_never_run(
     assert eff["state"] == "committed" and refunds(admin) == [2000]
     assert row["status"] == "stuck" and row["claims"][-1]["owner"] == "$recovery"
     assert not any(s["kind"] == "effect" for s in row["steps"])  # journal and effects row only
+
+
+def test_a_tier2_target_without_lookup_is_refused() -> None:
+    """Found by the parity test: recovery at tier 2 must query before resending; a target that
+    neither dedupes nor answers lookups is tier 3 and is refused as tier 2."""
+    from interlock_runtime.effects import check_target
+    from prove.target_client import LocalRefunds
+
+    with pytest.raises(InvalidInput, match="tier 2 means the target answers lookups"):
+        check_target(LocalRefunds("http://127.0.0.1:9", PAYMENT, 2, queryable=False))

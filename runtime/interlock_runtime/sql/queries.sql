@@ -66,13 +66,16 @@ select seq, name, kind, fingerprint, output, error, epoch, created_at
 
 -- name: insert_step
 -- A recorded step resets the takeover count (spec 5.1: a crash loop spends retries only
--- while no step gets recorded) and clears the waiting state it satisfied.
+-- while no step gets recorded) and clears the waiting state it satisfied. Returns the output
+-- as stored, so the first run sees exactly what a replay will (jsonb normalizes numbers).
 with step as (
   insert into ilr.steps (workflow_id, seq, name, kind, fingerprint, output, error, epoch)
   values (%(wf)s, %(seq)s, %(name)s, %(kind)s, %(fingerprint)s, %(output)s, %(error)s, %(epoch)s)
-  returning workflow_id)
-update ilr.workflows set takeovers = 0, waiting = null
- where id = (select workflow_id from step);
+  returning workflow_id, output),
+touched as (
+  update ilr.workflows set takeovers = 0, waiting = null
+   where id = (select workflow_id from step))
+select output from step;
 
 -- name: suspend_until
 -- Release the claim and wait (spec 5.6, B5): status pending for a retry backoff, sleeping for
