@@ -14,6 +14,7 @@
     interlock ambiguous [--json]
     interlock reconcile EFFECT_ID --evidence TEXT --by WHO
     interlock revoke GRANT_ID --by WHO
+    interlock watchdog [--threshold S] [--json] [--every S]
     interlock roles [--login USER=worker|operator|auditor ...]   (with an admin DSN)
 
 Every verb takes --dsn (default: ILR_DSN, else the project's own cluster).
@@ -301,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
              json_flag=False)  # fmt: skip
     p.add_argument("--login", action="append", default=[], metavar="USER=ROLE",
                    help="also create a login user in ilr_worker, ilr_operator or ilr_auditor")  # fmt: skip
+    sub.add_parser("watchdog", help="report overdue workflows and effects (exit 1 if any)",
+                   add_help=False)  # fmt: skip
     sub.add_parser("verify", help="verify a receipt bundle file (see `interlock verify --help`)",
                    add_help=False)  # fmt: skip
     return parser
@@ -310,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:  # the worker parses its own flags
         return _worker(argv[1:])
+    if argv[:1] == ["watchdog"]:  # and the watchdog (a separate process by design)
+        from .watchdog import main as watchdog_main
+
+        return watchdog_main(argv[1:])
     if argv[:1] == ["verify"]:  # so does the receipt verifier
         from .receipts import main as verify_main
 

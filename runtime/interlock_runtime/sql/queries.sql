@@ -367,3 +367,30 @@ update ilr.workflows
 
 -- name: signal_parent
 select ilr.signal_parent(%(child)s, %(done)s) as signal_id;
+
+-- ============================================================================================
+-- The staleness watchdog (`interlock watchdog`): what should have run and did not.
+-- ============================================================================================
+
+-- name: overdue_workflows
+select id, name, version, status, available_at, lease_expires_at, owner,
+       extract(epoch from now() - case when status = 'running' then lease_expires_at
+                                       else available_at end)::float8 as overdue_s
+  from ilr.workflows
+ where (status in ('pending','sleeping') and available_at < now() - make_interval(secs => %(threshold)s))
+    or (status = 'running' and lease_expires_at < now() - make_interval(secs => %(threshold)s))
+ order by overdue_s desc;
+
+-- name: overdue_effects
+select effect_id, workflow_id, target, tier, dispatch_workflow_id, dispatch_epoch,
+       send_deadline, settle_margin,
+       extract(epoch from now() - (send_deadline + settle_margin))::float8 as overdue_s
+  from ilr.effects
+ where state = 'dispatched'
+   and send_deadline + settle_margin < now() - make_interval(secs => %(threshold)s)
+ order by overdue_s desc;
+
+-- name: unreconciled_ambiguous
+select effect_id, workflow_id, target, tier, first_dispatched_at
+  from ilr.effects where state = 'ambiguous' and reconciled is null
+ order by first_dispatched_at;
