@@ -14,6 +14,7 @@
     interlock ambiguous [--json]
     interlock reconcile EFFECT_ID --evidence TEXT --by WHO
     interlock revoke GRANT_ID --by WHO
+    interlock breaker list | reset TARGET
     interlock watchdog [--threshold S] [--json] [--every S]
     interlock roles [--login USER=worker|operator|auditor ...]   (with an admin DSN)
 
@@ -226,6 +227,21 @@ def _revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _breaker(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        if args.action == "reset":
+            if not args.target:
+                raise SystemExit("interlock breaker reset: name the TARGET to reset")
+            rt.reset_breaker(args.target)
+            print(f"breaker of {args.target} reset: dispatches to it are allowed again")
+            return 0
+        rows = rt.breakers()
+    print_table(
+        rows, ["target", "open", "consecutive_failures", "threshold", "cooldown", "opened_at"]
+    )
+    return 0
+
+
 def _roles(args: argparse.Namespace) -> int:
     from . import db
 
@@ -298,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
              json_flag=False)  # fmt: skip
     p.add_argument("grant_id")
     p.add_argument("--by", required=True)
+    p = verb("breaker", _breaker, "list circuit breakers, or reset one", json_flag=False)
+    p.add_argument("action", choices=["list", "reset"])
+    p.add_argument("target", nargs="?")
     p = verb("roles", _roles, "create the least-privilege roles (needs an admin DSN)",
              json_flag=False)  # fmt: skip
     p.add_argument("--login", action="append", default=[], metavar="USER=ROLE",

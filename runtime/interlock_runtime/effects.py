@@ -41,14 +41,15 @@ MIN_SEND_BUDGET = 1.0  # seconds: below this, do not start a send (spec B5)
 WATCHDOG_EXIT = 75  # os._exit status when a send outlives its deadline
 DEFAULT_DEDUP_MARGIN = 600.0  # seconds; tier 1 is safe only with margin > timeout + settle (C2)
 TARGET_DEFAULTS = {"send_timeout": 35.0, "settle_margin": 10.0, "premise_max_age": 5.0,
-                   "dedup_window": float("inf"), "dedup_margin": DEFAULT_DEDUP_MARGIN}  # fmt: skip
+                   "dedup_window": float("inf"), "dedup_margin": DEFAULT_DEDUP_MARGIN,
+                   "breaker_cooldown": 60.0}  # fmt: skip
 _FUNCTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
 STATUSES = (
     "COMMITTED", "DUPLICATE_IGNORED", "COMMITTED_BY_RETRY", "COMMITTED_ON_QUERY",
     "REAPPLIED_AFTER_QUERY", "AMBIGUOUS", "REFUSED:lease", "REFUSED:stale_premise",
     "REFUSED:conflicting_payload", "REFUSED:cancelled", "REFUSED:target_error",
-    "REFUSED:lease_at_recovery", "REFUSED:stale_premise_at_recovery",
+    "REFUSED:lease_at_recovery", "REFUSED:stale_premise_at_recovery", "REFUSED:circuit_open",
 )  # fmt: skip
 
 
@@ -89,6 +90,8 @@ class TargetSpec:
     premise_max_age: float
     dedup_window: float
     dedup_margin: float
+    breaker_cooldown: float
+    breaker_threshold: int | None = None  # None: no circuit breaker for this target
 
 
 def check_target(target: Any) -> TargetSpec:
@@ -118,7 +121,11 @@ def check_target(target: Any) -> TargetSpec:
             f"settle_margin, but {vals['dedup_margin']} <= {vals['send_timeout']} + "
             f"{vals['settle_margin']}; raise dedup_margin or lower the timeouts (DESIGN B10 C2)"
         )
-    return TargetSpec(target.name, tier, queryable, **vals)
+    threshold = getattr(target, "breaker_threshold", None)
+    if threshold is not None and (not isinstance(threshold, int) or threshold < 1):
+        raise InvalidInput(f"target {target.name!r}: breaker_threshold must be an integer >= 1 "
+                           f"(or None for no breaker), got {threshold!r}")  # fmt: skip
+    return TargetSpec(target.name, tier, queryable, **vals, breaker_threshold=threshold)
 
 
 def _entries(conn: psycopg.Connection, eid: str) -> list[dict]:
@@ -303,6 +310,13 @@ class EffectCall:
         if fence["cancel_requested_at"] is not None and not self.compensation:
             chain.append("REFUSED", reason="cancelled")
             return self._record("REFUSED:cancelled")
+        breaker = self._breaker()
+        if breaker is not None and breaker["open"]:
+            state = {k: breaker[k] for k in ("consecutive_failures", "threshold")}
+            state["opened_at"] = breaker["opened_at"].isoformat()
+            chain.append("REFUSED", reason=f"circuit open for target {self.spec.name}",
+                         breaker=state)  # fmt: skip
+            return self._record("REFUSED:circuit_open")
         grant = self.conn.execute(
             db.query("lock_grant_for_share"), {"grant": self.grant}
         ).fetchone()
@@ -329,6 +343,27 @@ class EffectCall:
                           "settle_margin": self.spec.settle_margin})  # fmt: skip
         return None
 
+    # -- the circuit breaker ------------------------------------------------------------------
+
+    def _breaker(self) -> dict | None:
+        if self.spec.breaker_threshold is None:
+            return None
+        row = self.conn.execute(db.query("breaker_state"), {"target": self.spec.name}).fetchone()
+        self._breaker_dirty = bool(row and (row["consecutive_failures"] or row["opened_at"]))
+        return row
+
+    def _breaker_outcome(self, failed: bool) -> None:
+        """Count a definite failure or timeout; a success closes the breaker. Autocommit: the
+        count must survive whatever happens to the effect's own transactions."""
+        if self.spec.breaker_threshold is None:
+            return
+        if failed:
+            self.conn.execute(db.query("breaker_failure"), {"target": self.spec.name,
+                              "threshold": self.spec.breaker_threshold,
+                              "cooldown": self.spec.breaker_cooldown})  # fmt: skip
+        elif getattr(self, "_breaker_dirty", True):
+            self.conn.execute(db.query("breaker_success"), {"target": self.spec.name})
+
     # -- the watched send, T_commit, the late result ------------------------------------------
 
     def _watched_apply(self, t0: float) -> Any:
@@ -352,13 +387,16 @@ class EffectCall:
             result = self._watched_apply(t0)
         except TargetRejected as exc:
             killpoints.hit(after_send)
+            self._breaker_outcome(failed=True)
             return self._definite_failure(exc, rechecked)
         except Exception as exc:  # noqa: BLE001 - unknown outcome: leave it dispatched
             killpoints.hit(after_send)
+            self._breaker_outcome(failed=True)
             return self._leave_open(f"send failed without a definite answer ({type(exc).__name__})")
         if result is _NOT_SENT:
             return self._leave_open("not sent: send budget below the minimum")
         killpoints.hit(after_send)
+        self._breaker_outcome(failed=False)
         result = db.json_value(result, "the target's response")
         fields: dict[str, Any] = {"result": result}
         status = "COMMITTED"

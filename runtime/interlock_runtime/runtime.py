@@ -302,6 +302,16 @@ class Runtime:
         return receipts.bundle(entries, effect_id, key, late_result=eff["late_result"],
                                reconciled=eff["reconciled"])  # fmt: skip
 
+    def breakers(self) -> list[dict]:
+        """Every target's circuit breaker: consecutive failures, whether it is open."""
+        return self._execute(db.query("breakers")).fetchall()
+
+    def reset_breaker(self, target: str) -> None:
+        """Close a target's circuit breaker (after fixing what made it open)."""
+        if self._execute(db.query("breaker_reset"), {"target": target}).fetchone() is None:
+            known = ", ".join(b["target"] for b in self.breakers()) or "none"
+            raise WorkflowNotFound(f"no circuit breaker for target {target!r}; known: {known}")
+
     def effects(self, wf_id: str) -> list[dict]:
         return self._execute(db.query("effects_of_workflow"), {"wf": wf_id}).fetchall()
 

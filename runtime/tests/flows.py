@@ -234,3 +234,14 @@ def cancel_then_refund(ctx, case):
     r = ctx.effect(target, key=f"refund:{case['id']}", payload=case["payload"],
                    premises={"payment": case["payment"]}, grant=case["grant"])  # fmt: skip
     return {"status": r.status}
+
+
+@workflow(name="breaker_refund", version="1")
+def breaker_refund(ctx, case):
+    """A policy refund to a target with a circuit breaker (threshold and cool-down from input)."""
+    target = refund_target(case)
+    target.breaker_threshold = case["threshold"]
+    target.breaker_cooldown = case.get("cooldown", 60)
+    r = ctx.effect(target, key=f"refund:{case['id']}", payload={"amount": case["amount"]},
+                   premises={"payment": case["payment"]}, grant=case["grant"])  # fmt: skip
+    return r.status

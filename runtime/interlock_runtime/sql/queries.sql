@@ -394,3 +394,40 @@ select effect_id, workflow_id, target, tier, dispatch_workflow_id, dispatch_epoc
 select effect_id, workflow_id, target, tier, first_dispatched_at
   from ilr.effects where state = 'ambiguous' and reconciled is null
  order by first_dispatched_at;
+
+-- ============================================================================================
+-- Circuit breakers
+-- ============================================================================================
+
+-- name: breaker_state
+select target, threshold, cooldown, consecutive_failures, opened_at,
+       (opened_at is not null and now() < opened_at + cooldown) as open
+  from ilr.breakers where target = %(target)s;
+
+-- name: breaker_failure
+-- One more consecutive failure; at the threshold the breaker opens (and each further failure
+-- restarts the cool-down, so a half-open probe that fails closes the door again).
+insert into ilr.breakers (target, threshold, cooldown, consecutive_failures, opened_at)
+values (%(target)s, %(threshold)s, make_interval(secs => %(cooldown)s), 1,
+        case when %(threshold)s <= 1 then now() end)
+on conflict (target) do update
+   set threshold = excluded.threshold, cooldown = excluded.cooldown,
+       consecutive_failures = ilr.breakers.consecutive_failures + 1,
+       opened_at = case when ilr.breakers.consecutive_failures + 1 >= excluded.threshold
+                        then now() else ilr.breakers.opened_at end,
+       updated_at = now()
+returning consecutive_failures, opened_at;
+
+-- name: breaker_success
+update ilr.breakers set consecutive_failures = 0, opened_at = null, updated_at = now()
+ where target = %(target)s and (consecutive_failures > 0 or opened_at is not null);
+
+-- name: breaker_reset
+update ilr.breakers set consecutive_failures = 0, opened_at = null, updated_at = now()
+ where target = %(target)s
+returning target;
+
+-- name: breakers
+select target, threshold, cooldown, consecutive_failures, opened_at,
+       (opened_at is not null and now() < opened_at + cooldown) as open
+  from ilr.breakers order by target;

@@ -34,6 +34,7 @@ grant update (state, grant_id, dispatch_workflow_id, dispatch_epoch, first_dispa
 grant insert on ilr.deployments to ilr_worker;
 grant update (code_sha256) on ilr.deployments to ilr_worker;     -- --allow-code-change
 grant update (consumed_seq) on ilr.signals to ilr_worker;        -- the mailbox check
+grant insert, update on ilr.breakers to ilr_worker;              -- counting failures
 grant usage on all sequences in schema ilr to ilr_worker;
 grant execute on function ilr.lock_grant_for_share(text), ilr.signal_parent(text, jsonb),
   ilr.append_only(), ilr.effects_guard() to ilr_worker;
@@ -43,6 +44,7 @@ grant select on all tables in schema ilr to ilr_operator;
 grant insert, update on ilr.workflows, ilr.grants, ilr.signals to ilr_operator;
 grant insert on ilr.steps to ilr_operator;                          -- rt.fork copies a prefix
 grant update (reconciled) on ilr.effects to ilr_operator;
+grant update on ilr.breakers to ilr_operator;                      -- interlock breaker reset
 grant insert on ilr.deployments to ilr_operator;
 grant usage on all sequences in schema ilr to ilr_operator;
 grant execute on function ilr.lock_grant_for_share(text), ilr.signal_parent(text, jsonb),

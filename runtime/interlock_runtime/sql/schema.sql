@@ -209,3 +209,15 @@ begin
   perform pg_notify('ilr_ready', parent);
   return signal_id;
 end $$;
+
+-- A circuit breaker per target (Ratchet's breaker): after `threshold` consecutive definite
+-- failures or timeouts, new dispatches are refused (REFUSED:circuit_open) until a reset or the
+-- cool-down. In Postgres so that every worker sees the same state.
+create table if not exists ilr.breakers (
+  target text primary key,
+  threshold int not null check (threshold >= 1),
+  cooldown interval not null,
+  consecutive_failures int not null default 0,
+  opened_at timestamptz,
+  updated_at timestamptz not null default now()
+);
