@@ -31,6 +31,7 @@ from .errors import (
     Fenced,
     InvalidInput,
     NonDeterminism,
+    PostconditionFailed,
     Release,
     StepFailed,
     Suspend,
@@ -263,7 +264,7 @@ class WorkflowContext:
     # -- steps ------------------------------------------------------------------------------
 
     def step(self, name: str, fn: Callable[..., Any], *args: Any, retry: RetryPolicy | None = None,
-             **kwargs: Any) -> Any:  # fmt: skip
+             postcondition: Callable[[Any], bool] | None = None, **kwargs: Any) -> Any:  # fmt: skip
         """Run fn(*args, **kwargs) at least once and record its JSON result; replay returns it.
 
         A step body may run again after a crash before its record (like a Temporal activity), so
@@ -275,13 +276,27 @@ class WorkflowContext:
                     f"step {name!r} was given an effect target ({value!r}); external effects must "
                     "go through ctx.effect(target, key, payload, ...)"
                 )
+        if postcondition is not None and not callable(postcondition):
+            raise TypeError(f"step {name!r}: postcondition {postcondition!r} is not callable")
         seq, row = self._next("step", name)
         if row is not None:
             if row["error"] is not None:
                 raise StepFailed(name, row["error"])
             return row["output"]
         self._frontier()
-        return self._run_body(seq, "step", name, lambda: fn(*args, **kwargs), retry)
+
+        def body() -> Any:
+            output = fn(*args, **kwargs)
+            # Verified completion: the body's own answer is not enough; the runner checks the
+            # fact. A post-condition that fails or raises fails the attempt (retried, then
+            # recorded as the step's error): never recorded as success.
+            if postcondition is not None and postcondition(output) is not True:
+                raise PostconditionFailed(
+                    f"step {name!r}: postcondition does not hold for {output!r}"
+                )
+            return output
+
+        return self._run_body(seq, "step", name, body, retry)
 
     def _run_body(self, seq: int, kind: str, name: str, body: Callable[[], Any],
                   retry: RetryPolicy | None, fingerprint: str | None = None,
@@ -398,7 +413,7 @@ class WorkflowContext:
     def effect(self, target: Any, key: str, payload: Any, premises: Any, grant: str,
                name: str | None = None, local_premises: Any = (), compensation: bool = False,
                raise_on_refusal: bool = False, action: str | None = None,
-               decision: Any = None) -> Any:  # fmt: skip
+               decision: Any = None, postcondition: Any = None) -> Any:  # fmt: skip
         """Send an external effect through the gate (spec 5.7); returns an EffectResult.
 
         At most once per `key` at tiers 1 and 2, only under the live `grant`, only while
@@ -408,7 +423,7 @@ class WorkflowContext:
         return run_effect(self, target, key, payload, premises, grant, name=name,
                           local_premises=local_premises, compensation=compensation,
                           raise_on_refusal=raise_on_refusal, action=action,
-                          decision=decision)  # fmt: skip
+                          decision=decision, postcondition=postcondition)  # fmt: skip
 
     # -- timers and signals -----------------------------------------------------------------
 

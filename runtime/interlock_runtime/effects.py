@@ -50,6 +50,7 @@ STATUSES = (
     "REAPPLIED_AFTER_QUERY", "AMBIGUOUS", "REFUSED:lease", "REFUSED:stale_premise",
     "REFUSED:conflicting_payload", "REFUSED:cancelled", "REFUSED:target_error",
     "REFUSED:lease_at_recovery", "REFUSED:stale_premise_at_recovery", "REFUSED:circuit_open",
+    "POSTCONDITION_FAILED",
 )  # fmt: skip
 
 
@@ -190,7 +191,8 @@ class EffectCall:
 
     def __init__(self, ctx: WorkflowContext, seq: int, name: str, target: Any, spec: TargetSpec,
                  key: str, payload: Any, premises: Any, grant: str, action: str,
-                 local_premises: Any, compensation: bool, decision: Any):  # fmt: skip
+                 local_premises: Any, compensation: bool, decision: Any,
+                 postcondition: Any = None):  # fmt: skip
         self.ctx, self.seq, self.name, self.target, self.spec = ctx, seq, name, target, spec
         self.eid = journal.effect_id_for(key)
         self.payload, self.ph = payload, journal.payload_hash(payload)
@@ -203,6 +205,7 @@ class EffectCall:
         )
         self.conn = ctx._conn
         self.records_step = True
+        self.postcondition = postcondition
 
     # -- outcomes ---------------------------------------------------------------------------
 
@@ -343,6 +346,33 @@ class EffectCall:
                           "settle_margin": self.spec.settle_margin})  # fmt: skip
         return None
 
+    # -- verified completion ------------------------------------------------------------------
+
+    def _post_holds(self, payload: Any) -> tuple[bool | None, str]:
+        """Evaluate the post-condition by reading the target back (outside any transaction).
+        None when there is none; a raising post-condition fails closed."""
+        if self.postcondition is None:
+            return None, ""
+        try:
+            ok = self.postcondition(self.target, self.eid, payload)
+        except Exception as exc:  # noqa: BLE001 - fail closed, and say why
+            return False, f"postcondition raised {type(exc).__name__}: {exc}"
+        return (True, "") if ok is True else (False, f"postcondition returned {ok!r}")
+
+    def _post_failed(self, detail: str, result: Any) -> EffectResult:
+        """The target said it applied, but reading it back says otherwise: never success. The
+        effect is AMBIGUOUS (a human reconciles) and the call returns POSTCONDITION_FAILED."""
+        with self.ctx._fenced_write() as fence:
+            eff = self.conn.execute(db.query("lock_effect"), {"eid": self.eid}).fetchone()
+            if eff["state"] != "dispatched":
+                return self._resolved_elsewhere_in_txn(eff)
+            chain = _Chain(
+                self.conn, self.eid, _entries(self.conn, self.eid), fence["now"].timestamp()
+            )
+            chain.append("AMBIGUOUS", reason=f"postcondition failed: {detail}", result=result)
+            self.conn.execute(db.query("set_effect_state"), {"eid": self.eid, "state": "ambiguous"})
+            return self._record("POSTCONDITION_FAILED", {"detail": detail})
+
     # -- the circuit breaker ------------------------------------------------------------------
 
     def _breaker(self) -> dict | None:
@@ -399,6 +429,11 @@ class EffectCall:
         self._breaker_outcome(failed=False)
         result = db.json_value(result, "the target's response")
         fields: dict[str, Any] = {"result": result}
+        holds, detail = self._post_holds(self.payload)
+        if holds is False:
+            return self._post_failed(detail, result)
+        if holds:
+            fields["verified"] = True
         status = "COMMITTED"
         if via is not None:
             fields.update(via=via, rechecked=rechecked)
@@ -533,11 +568,12 @@ class EffectCall:
             may_fail = bool(violations) or not (grant and grant["live"])
             if spec.queryable and (tier == 2 or may_fail):
                 found = self.target.query(self.eid, payload)
+        post = self._post_holds(payload) if found else (None, "")
         t0 = time.monotonic()  # the resend's stopwatch starts before T_resolve (B10)
-        return self._t_resolve(eff, tier, violations, found, t0)
+        return self._t_resolve(eff, tier, violations, found, t0, post)
 
-    def _t_resolve(self, read: dict, tier: int, violations: list[str], found: Any,
-                   t0: float) -> EffectResult | None:  # fmt: skip
+    def _t_resolve(self, read: dict, tier: int, violations: list[str], found: Any, t0: float,
+                   post: tuple[bool | None, str] = (None, "")) -> EffectResult | None:  # fmt: skip
         """T_resolve, fenced: the recovery table of spec 5.7 (d)."""
         offered_other = read["payload_hash"] != self.ph  # B13: resolve, then refuse as conflicting
         resend_via = None
@@ -580,10 +616,15 @@ class EffectCall:
                     "AMBIGUOUS", reason=f"{why} at recovery, no lookup", rechecked=rechecked
                 )
                 return finish("ambiguous", "AMBIGUOUS")
+            elif found and post[0] is False:
+                chain.append("AMBIGUOUS", reason=f"postcondition failed: {post[1]}",
+                             rechecked=rechecked, found=db.json_value(found, "found"))  # fmt: skip
+                return finish("ambiguous", "POSTCONDITION_FAILED", {"detail": post[1]})
             elif found:
                 found = db.json_value(found, "found")
+                extra = {"verified": True} if post[0] else {}
                 chain.append("COMMITTED", via="recovery-query", rechecked=rechecked, found=found,
-                             result=found)  # fmt: skip
+                             result=found, **extra)  # fmt: skip
                 return finish("committed", "COMMITTED_ON_QUERY", found)
             elif stale:
                 chain.append("REFUSED", reason=f"{why} at recovery", resolves=True,
@@ -618,9 +659,13 @@ _NOT_SENT = object()
 def run_effect(ctx: WorkflowContext, target: Any, key: str, payload: Any, premises: Any,
                grant: str, name: str | None = None, local_premises: Any = (),
                compensation: bool = False, raise_on_refusal: bool = False,
-               action: str | None = None, decision: Any = None) -> EffectResult:  # fmt: skip
+               action: str | None = None, decision: Any = None,
+               postcondition: Any = None) -> EffectResult:  # fmt: skip
     """ctx.effect: validate, replay, or run the call at the frontier."""
     spec = check_target(target)
+    if postcondition is not None and not callable(postcondition):
+        raise InvalidInput(f"postcondition {postcondition!r} is not callable: pass a function "
+                           "(target, effect_id, payload) -> bool that reads the target back")  # fmt: skip
     if not isinstance(key, str) or not key or len(key) > 500:
         raise InvalidInput(f"effect key {key!r}: use a non-empty string of at most 500 characters")
     try:
@@ -647,7 +692,7 @@ def run_effect(ctx: WorkflowContext, target: Any, key: str, payload: Any, premis
                 f"unknown grant {grant!r}: create it with rt.grant() or rt.approve()"
             )
         out = EffectCall(ctx, seq, call_name, target, spec, key, payload, premises, grant, action,
-                         local_premises, compensation, decision).run()  # fmt: skip
+                         local_premises, compensation, decision, postcondition).run()  # fmt: skip
     if raise_on_refusal and out.refused:
         raise EffectRefused(out)
     return out

@@ -57,6 +57,10 @@ class StepFailed(InterlockError):
         super().__init__(f"step {name!r} failed: {error.get('type')}: {error.get('message')}")
 
 
+class PostconditionFailed(InterlockError):
+    """A step's post-condition did not hold (or raised): the attempt failed, closed."""
+
+
 class TargetRejected(InterlockError):
     """A target refused an effect definitely (e.g. an HTTP 4xx): it did not happen."""
 

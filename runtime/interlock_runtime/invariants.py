@@ -231,7 +231,9 @@ def ambiguous_only_when_unknowable(ev: Evidence) -> list[str]:
         for e in entries:
             if e["kind"] == "AMBIGUOUS":
                 reason = str(e.get("reason"))
-                if not ("tier 3" in reason or "no lookup" in reason):
+                # A failed post-condition is unknowable too: the target said ok, reading it
+                # back says otherwise (verified completion).
+                if not ("tier 3" in reason or "no lookup" in reason or "postcondition" in reason):
                     out.append(f"{eid}: AMBIGUOUS without tier 3 or a failed re-check ({reason})")
     return out
 

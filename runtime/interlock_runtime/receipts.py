@@ -687,7 +687,17 @@ def verify(bundle: Any, key: bytes | None = None) -> dict[str, Any]:
         "rechecked_at_recovery": rechecked_at_recovery,
         "problems": problems,
         "sends": len(sends),
+        # Verified completion: True when every COMMITTED was checked by a post-condition that
+        # held, None when no post-condition was given, False otherwise.
+        "verified": _verified(entries),
     }
+
+
+def _verified(entries: list) -> bool | None:
+    commits = [e for e in entries if isinstance(e, Mapping) and e.get("kind") == "COMMITTED"]
+    if not any("verified" in e for e in commits):
+        return None
+    return all(e.get("verified") is True for e in commits)
 
 
 # --- CLI -----------------------------------------------------------------------------------------

@@ -245,3 +245,47 @@ def breaker_refund(ctx, case):
     r = ctx.effect(target, key=f"refund:{case['id']}", payload={"amount": case["amount"]},
                    premises={"payment": case["payment"]}, grant=case["grant"])  # fmt: skip
     return r.status
+
+
+class LyingRefunds(LocalRefunds):
+    """EMULATED target bug: answers ok without applying anything."""
+
+    def apply(self, effect_id, payload, *, worker=None, epoch=None, timeout=None):
+        return {"ok": True, "id": "re_fake", "amount": payload["amount"]}
+
+
+def refund_landed(target, effect_id, payload) -> bool:
+    """A post-condition: read the target back; the refund must be there with the amount."""
+    found = target.query(effect_id, payload)
+    return found is not None and found["amount"] == payload["amount"]
+
+
+def exploding_check(target, effect_id, payload) -> bool:
+    raise RuntimeError("the checker itself is broken")
+
+
+@workflow(name="verified_refund", version="1")
+def verified_refund(ctx, case):
+    cls = LyingRefunds if case.get("lie") else LocalRefunds
+    target = cls(
+        case["target_url"], case["payment"], case["tier"], send_timeout=2.5, settle_margin=1.0
+    )
+    post = {"landed": refund_landed, "explode": exploding_check}[case["post"]]
+    r = ctx.effect(target, key=f"refund:{case['id']}", payload={"amount": case["amount"]},
+                   premises={"payment": case["payment"]}, grant=case["grant"], postcondition=post)  # fmt: skip
+    return {"status": r.status, "effect_id": r.effect_id}
+
+
+def count_up(path: str) -> int:
+    n = int(open(path).read()) + 1 if os.path.exists(path) else 1
+    with open(path, "w") as f:
+        f.write(str(n))
+    return n
+
+
+@workflow(name="verified_step", version="1")
+def verified_step(ctx, inp):
+    checks = {"even": lambda n: n % 2 == 0, "never": lambda n: False,
+              "explode": lambda n: 1 / 0}  # fmt: skip
+    return ctx.step("count", count_up, inp["path"], postcondition=checks[inp["check"]],
+                    retry=RetryPolicy(initial=0.1, max_attempts=inp.get("max", 3)))  # fmt: skip
