@@ -25,6 +25,32 @@ runs after it), and ``end`` once the ledger write (or the refusal) is decided, j
 response is written. It records method, path, query, key, payload, status, response and the
 ``X-ILR-Worker`` / ``X-ILR-Epoch`` headers. The ledger (``refunds`` table) is ground truth.
 
+Stripe-compatible subset (EMULATED: Stripe cannot be reached from this machine, DESIGN A3). The
+same ledger, tier and idempotency store also answer the part of Stripe's v1 API a refund needs, so
+the official ``stripe`` SDK can be pointed at this server (prove/stripe_target.py):
+
+- Every ``/v1/`` request needs ``Authorization: Bearer <key>`` (or HTTP basic with the key as the
+  user name); any test-mode key (``sk_test_...``, ``rk_test_...``) is accepted, anything else is
+  ``401``. Keys are never stored or logged (the access log records no other headers than the two
+  ``X-ILR-*`` ones).
+- ``POST /v1/refunds``, form-encoded: ``payment_intent`` (a ledger payment id), ``amount`` (cents,
+  required in this subset) and ``metadata[...]``. Tier 1 honours ``Idempotency-Key`` with Stripe
+  semantics: the same params replay the stored refund with header ``Idempotent-Replayed: true``;
+  different params are ``400`` with ``type: idempotency_error``; a key whose first request is still
+  being processed is ``409`` (code ``idempotency_key_in_use``). Tiers 2 and 3 apply every POST.
+  The refund's ``key`` is the ``Idempotency-Key`` header, else ``metadata[key]``.
+- ``GET /v1/refunds?payment_intent=&metadata[k]=v&limit=&starting_after=``: a Stripe list object
+  (``object: "list"``, ``data`` newest first, ``has_more``). Filtering by metadata is an EMULATED
+  extension (Stripe's list has no such filter). ``GET /v1/refunds/{id}``. Tier 3: both ``404``
+  (code ``no_lookup``).
+- ``GET /v1/payment_intents/{id}[?expand[]=latest_charge]``: the ledger payment as a succeeded
+  PaymentIntent (``amount_received`` = paid); its expanded ``latest_charge`` carries
+  ``amount_refunded``.
+- Objects are Stripe-shaped (``object: "refund"``, ``id: re_...``, ``status: "succeeded"``), errors
+  are ``{"error": {"type", "code", "message", "param"}}``, and every ``/v1/`` response carries
+  ``X-Emulated: stripe-subset``. Only successful results are stored under a key (Stripe also
+  replays stored errors; here a refused request can be retried with the same key).
+
 CLI: ``python -m prove.target --tier N [--port 0] [--db PATH] [--delay-ms N]
 [--payment ID:PAID ...]`` prints one JSON line ``{"port", "url", "tier", "db"}`` and serves
 until SIGTERM or SIGINT. Binds loopback only.
@@ -33,9 +59,11 @@ until SIGTERM or SIGINT. Binds loopback only.
 from __future__ import annotations
 
 import argparse
+import base64
 import ipaddress
 import json
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -44,12 +72,18 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 EMULATED = {
     "prune_keys": "EMULATED: POST /admin/prune_keys forgets stored idempotency keys at once, "
     "standing in for Stripe pruning keys after 24 h",
+    "stripe": "EMULATED: the Stripe-compatible subset under /v1/ (refunds, payment intents) is "
+    "served by this local target; Stripe itself cannot be reached from this machine",
+    "stripe_metadata_filter": "EMULATED extension: GET /v1/refunds filters by metadata[...], "
+    "which Stripe's list endpoint does not offer",
 }
+STRIPE_HEADER = ("X-Emulated", "stripe-subset")
+_TEST_KEY_PREFIXES = ("sk_test_", "rk_test_")
 
 _SCHEMA = """
 create table if not exists meta (name text primary key, value text not null);
@@ -79,13 +113,78 @@ create table if not exists access_log (
 class _Reply(Exception):
     """Raised inside a handler to answer with a status and a JSON body."""
 
-    def __init__(self, status: int, body: Any) -> None:
+    def __init__(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         super().__init__(status)
-        self.status, self.body = status, body
+        self.status, self.body, self.headers = status, body, dict(headers or {})
 
 
 def _bad(error: str, detail: str, status: int = 400) -> _Reply:
     return _Reply(status, {"error": error, "detail": detail})
+
+
+def _stripe_error(
+    status: int, code: str | None, message: str, *, kind: str = "invalid_request_error",
+    param: str | None = None,
+) -> _Reply:  # fmt: skip
+    """A Stripe-shaped error: ``{"error": {"type", "code", "message", "param"}}``."""
+    err: dict[str, Any] = {"type": kind, "message": message}
+    if code is not None:
+        err["code"] = code
+    if param is not None:
+        err["param"] = param
+    return _Reply(status, {"error": err})
+
+
+_FORM_KEY = re.compile(r"([^\[\]]+)\[([^\[\]]*)\]")
+
+
+def _form_decode(text: str) -> dict[str, Any]:
+    """Stripe's form encoding, one level deep: ``a=1``, ``metadata[k]=v`` (a dict) and
+    ``expand[0]=x`` / ``expand[]=x`` (a list)."""
+    out: dict[str, Any] = {}
+    for k, v in parse_qsl(text, keep_blank_values=True):
+        m = _FORM_KEY.fullmatch(k)
+        if m is None:
+            if "[" in k or "]" in k:
+                raise _stripe_error(400, "parameter_invalid", f"cannot parse parameter {k!r}")
+            out[k] = v
+            continue
+        name, sub = m.groups()
+        if sub == "" or sub.isdigit():
+            seq = out.setdefault(name, [])
+            if not isinstance(seq, list):
+                raise _stripe_error(400, "parameter_invalid", f"{name} is both a list and not")
+            seq.append(v)
+        else:
+            d = out.setdefault(name, {})
+            if not isinstance(d, dict):
+                raise _stripe_error(400, "parameter_invalid", f"{name} is both a hash and not")
+            d[sub] = v
+    return out
+
+
+def _stripe_auth(header: str | None) -> None:
+    """Accept any test-mode key (Bearer, or basic with the key as the user). The key is read
+    here and dropped: it is never stored, logged or echoed."""
+    key = None
+    if header:
+        scheme, _, value = header.strip().partition(" ")
+        if scheme.lower() == "bearer":
+            key = value.strip()
+        elif scheme.lower() == "basic":
+            try:
+                key = base64.b64decode(value.strip(), validate=True).decode().partition(":")[0]
+            except (ValueError, UnicodeDecodeError):
+                key = None
+    if not key:
+        raise _stripe_error(
+            401, None, "You did not provide an API key: send Authorization: Bearer sk_test_..."
+        )
+    if not key.startswith(_TEST_KEY_PREFIXES):
+        raise _stripe_error(
+            401, "api_key_invalid", "Invalid API key: this EMULATED target accepts test-mode "
+            "keys only (sk_test_... or rk_test_...)",
+        )  # fmt: skip
 
 
 def _require_loopback(host: str) -> None:
@@ -352,6 +451,7 @@ class _Handler(BaseHTTPRequestHandler):
         arrival = time.time()
         url = urlsplit(self.path)
         path = url.path.rstrip("/") or "/"
+        stripe_api = path.startswith("/v1/")
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         worker = self.headers.get("X-ILR-Worker")
         epoch = self.headers.get("X-ILR-Epoch")
@@ -359,14 +459,33 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.headers.get("Idempotency-Key")
         payload: Any = None
         claimed: str | None = None
+        headers: dict[str, str] = {}
         try:
             try:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                payload = json.loads(raw) if raw else None
+                if stripe_api:
+                    payload = _form_decode(raw.decode()) if raw else None
+                else:
+                    payload = json.loads(raw) if raw else None
             except (ValueError, UnicodeDecodeError) as e:
                 ledger.log_update(log_id, start=time.time())
+                if stripe_api:
+                    raise _stripe_error(
+                        400, "parameter_invalid", f"body not readable: {e}"
+                    ) from None
                 raise _bad("invalid_request", f"body is not JSON: {e}") from None
+            except _Reply:
+                ledger.log_update(log_id, start=time.time())
+                raise
+            if stripe_api and method == "GET":
+                try:
+                    payload_q = _form_decode(url.query)
+                except _Reply:
+                    payload_q = {}
+                meta = payload_q.get("metadata")
+                if key is None and isinstance(meta, dict) and meta.get("key") is not None:
+                    key = str(meta["key"])
             if key is None and method == "GET":
                 key = query.get("key")
             if key is None and isinstance(payload, dict):
@@ -379,7 +498,22 @@ class _Handler(BaseHTTPRequestHandler):
                 key=key,
                 payload=None if payload is None else _canon(payload),
             )
-            if method == "POST" and path == "/refunds":
+            if stripe_api:
+                _stripe_auth(self.headers.get("Authorization"))
+                ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+                if (
+                    method == "POST"
+                    and payload is not None
+                    and ctype not in ("application/x-www-form-urlencoded", "")
+                ):
+                    raise _stripe_error(400, "parameter_invalid",
+                                        "this API takes form-encoded bodies "
+                                        "(application/x-www-form-urlencoded)")  # fmt: skip
+                status = 200
+                body, headers = target.stripe_route(
+                    method, path, url.query, payload, self.headers.get("Idempotency-Key"), log_id
+                )
+            elif method == "POST" and path == "/refunds":
                 header_key = self.headers.get("Idempotency-Key")
                 if ledger.tier == 1 and header_key is not None:
                     ledger.claim_key(header_key)
@@ -388,22 +522,87 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 status, body = 200, target.route(method, path, query, payload, log_id)
         except _Reply as r:
-            status, body = r.status, r.body
+            status, body, headers = r.status, r.body, r.headers
         except Exception as e:  # noqa: BLE001 - the server must answer and log every request
-            status, body = 500, {"error": "internal", "detail": f"{type(e).__name__}: {e}"}
+            status = 500
+            if stripe_api:
+                body = {"error": {"type": "api_error", "message": f"{type(e).__name__}: {e}"}}
+            else:
+                body = {"error": "internal", "detail": f"{type(e).__name__}: {e}"}
         finally:
             if claimed is not None:
                 ledger.release_key(claimed)
         data = json.dumps(body).encode()
         ledger.log_update(log_id, end=time.time(), status=status, response=data.decode())
+        if stripe_api:
+            headers = {STRIPE_HEADER[0]: STRIPE_HEADER[1], "Request-Id": f"req_{log_id:08d}",
+                       **headers}  # fmt: skip
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
         except OSError:
             pass  # the client went away; the ledger and the log already hold the outcome
+
+
+def _stripe_refund(r: dict) -> dict:
+    """A ledger refund as a Stripe Refund object (metadata values are strings in Stripe)."""
+    return {
+        "id": r["id"],
+        "object": "refund",
+        "amount": r["amount"],
+        "balance_transaction": None,
+        "charge": f"ch_{r['payment']}",
+        "created": int(r["created"]),
+        "currency": "usd",
+        "metadata": {
+            str(k): v if isinstance(v, str) else json.dumps(v)
+            for k, v in (r["metadata"] or {}).items()
+        },  # fmt: skip
+        "payment_intent": r["payment"],
+        "reason": None,
+        "receipt_number": None,
+        "source_transfer_reversal": None,
+        "status": "succeeded",
+        "transfer_reversal": None,
+    }
+
+
+def _stripe_payment_intent(p: dict, expand_charge: bool) -> dict:
+    """A ledger payment as a succeeded PaymentIntent; its charge carries amount_refunded."""
+    charge: Any = f"ch_{p['id']}"
+    if expand_charge:
+        charge = {
+            "id": charge, "object": "charge", "amount": p["paid"], "amount_captured": p["paid"],
+            "amount_refunded": p["refunded_total"], "refunded": p["refunded_total"] >= p["paid"],
+            "captured": True, "paid": True, "currency": "usd", "payment_intent": p["id"],
+            "status": "succeeded", "livemode": False, "metadata": {},
+        }  # fmt: skip
+    return {
+        "id": p["id"], "object": "payment_intent", "amount": p["paid"],
+        "amount_received": p["paid"], "amount_capturable": 0, "currency": "usd",
+        "status": "succeeded", "latest_charge": charge, "livemode": False, "metadata": {},
+    }  # fmt: skip
+
+
+def _stripe_from_ledger(e: _Reply, payment: str) -> _Reply:
+    """The ledger's own refusals, as Stripe would word them."""
+    error = e.body.get("error") if isinstance(e.body, dict) else None
+    detail = e.body.get("detail", "") if isinstance(e.body, dict) else str(e.body)
+    if error == "key_reused":
+        return _stripe_error(400, None, "Keys for idempotent requests can only be used with the "
+                             "same parameters they were first used with.",
+                             kind="idempotency_error")  # fmt: skip
+    if error == "no_such_payment":
+        return _stripe_error(400, "resource_missing", f"No such payment_intent: '{payment}'",
+                             param="payment_intent")  # fmt: skip
+    if error == "insufficient_funds":
+        return _stripe_error(400, "amount_too_large", detail, param="amount")
+    return _stripe_error(e.status, error, detail)
 
 
 class _TargetHTTPServer(ThreadingHTTPServer):
@@ -550,6 +749,124 @@ class Target:
         if method == "GET" and path == "/admin/config":
             return self.config()
         raise _bad("not_found", f"no route {method} {path}", 404)
+
+    # -- the Stripe-compatible subset (EMULATED), called from handler threads
+
+    def stripe_route(
+        self, method: str, path: str, raw_query: str, form: Any, header_key: str | None,
+        log_id: int,
+    ) -> tuple[Any, dict[str, str]]:  # fmt: skip
+        """Answer one ``/v1/`` request: (Stripe-shaped body, extra headers); errors raise."""
+        if method == "POST" and path == "/v1/refunds":
+            return self._stripe_create_refund(form or {}, header_key, log_id)
+        query = _form_decode(raw_query)
+        if method == "GET" and path == "/v1/refunds":
+            return self._stripe_list_refunds(query), {}
+        if method == "GET" and path.startswith("/v1/refunds/"):
+            self._stripe_lookup_allowed()
+            rid = path[len("/v1/refunds/") :]
+            for r in self.ledger.find_refunds(None, None):
+                if r["id"] == rid:
+                    return _stripe_refund(r), {}
+            raise _stripe_error(404, "resource_missing", f"No such refund: '{rid}'", param="id")
+        if method == "GET" and path.startswith("/v1/payment_intents/"):
+            pid = path[len("/v1/payment_intents/") :]
+            p = self.ledger.payment(pid)
+            if p is None:
+                raise _stripe_error(404, "resource_missing", f"No such payment_intent: '{pid}'",
+                                    param="intent")  # fmt: skip
+            expand = query.get("expand") or []
+            return _stripe_payment_intent(p, "latest_charge" in expand), {}
+        raise _stripe_error(404, None, f"Unrecognized request URL ({method}: {path}); this "
+                                       "EMULATED subset serves /v1/refunds and "
+                                       "/v1/payment_intents/{id}")  # fmt: skip
+
+    def _stripe_lookup_allowed(self) -> None:
+        if self.tier == 3:
+            raise _stripe_error(404, "no_lookup", "a tier 3 target has no refund lookup")
+
+    def _stripe_create_refund(
+        self, form: dict, header_key: str | None, log_id: int
+    ) -> tuple[dict, dict[str, str]]:
+        unknown = sorted(set(form) - {"payment_intent", "amount", "metadata"})
+        if unknown:
+            raise _stripe_error(400, "parameter_unknown",
+                                f"Received unknown parameter: {unknown[0]} (this EMULATED subset "
+                                "takes payment_intent, amount, metadata)", param=unknown[0])  # fmt: skip
+        pid = form.get("payment_intent")
+        if not isinstance(pid, str) or not pid:
+            raise _stripe_error(400, "parameter_missing", "Missing required param: "
+                                "payment_intent.", param="payment_intent")  # fmt: skip
+        amount = form.get("amount")
+        if not isinstance(amount, str) or not amount.isdigit() or int(amount) <= 0:
+            raise _stripe_error(400, "parameter_invalid_integer", "amount must be a positive "
+                                f"integer (cents), got {amount!r}", param="amount")  # fmt: skip
+        metadata = form.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise _stripe_error(400, "parameter_invalid", "metadata must be a hash",
+                                param="metadata")  # fmt: skip
+        claimed = None
+        if self.tier == 1 and header_key is not None:
+            try:
+                self.ledger.claim_key(header_key)
+            except _Reply:
+                raise _stripe_error(409, "idempotency_key_in_use", "There is currently another "
+                                    "in-progress request using this Idempotent Key (that probably "
+                                    "means you submitted twice, and the other request is still "
+                                    "going through): please retry later.") from None  # fmt: skip
+            claimed = header_key
+        try:
+            if self.delay_ms > 0:  # service delay: after arrival, before the ledger write
+                time.sleep(self.delay_ms / 1000.0)
+            try:
+                r = self.ledger.refund(pid, int(amount), metadata, header_key, log_id)
+            except _Reply as e:
+                raise _stripe_from_ledger(e, pid) from None
+        finally:
+            if claimed is not None:
+                self.ledger.release_key(claimed)
+        headers = {"Idempotency-Key": header_key} if header_key is not None else {}
+        if r["replayed"]:
+            headers["Idempotent-Replayed"] = "true"
+        return _stripe_refund(r), headers
+
+    def _stripe_list_refunds(self, query: dict) -> dict:
+        self._stripe_lookup_allowed()
+        allowed = {"payment_intent", "charge", "metadata", "limit", "starting_after",
+                   "ending_before", "expand"}  # fmt: skip
+        unknown = sorted(set(query) - allowed)
+        if unknown:
+            raise _stripe_error(400, "parameter_unknown",
+                                f"Received unknown parameter: {unknown[0]}", param=unknown[0])  # fmt: skip
+        limit = query.get("limit", "10")
+        if not isinstance(limit, str) or not limit.isdigit() or not 1 <= int(limit) <= 100:
+            raise _stripe_error(400, "parameter_invalid_integer", "limit must be an integer "
+                                "between 1 and 100", param="limit")  # fmt: skip
+        payment = query.get("payment_intent")
+        charge = query.get("charge")
+        if isinstance(charge, str):
+            payment = charge[3:] if charge.startswith("ch_") else charge
+        metadata = query.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise _stripe_error(400, "parameter_invalid", "metadata must be a hash")
+        rows = [
+            _stripe_refund(r)
+            for r in reversed(self.ledger.find_refunds(payment, None))  # newest first
+        ]
+        rows = [r for r in rows if all(r["metadata"].get(k) == v for k, v in metadata.items())]
+        for cursor, after in (("starting_after", True), ("ending_before", False)):
+            rid = query.get(cursor)
+            if rid is None:
+                continue
+            ids = [r["id"] for r in rows]
+            if rid not in ids:
+                raise _stripe_error(400, "resource_missing", f"No such refund: '{rid}'",
+                                    param=cursor)  # fmt: skip
+            i = ids.index(rid)
+            rows = rows[i + 1 :] if after else rows[:i]
+        n = int(limit)
+        page = rows[:n] if query.get("ending_before") is None else rows[-n:]
+        return {"object": "list", "data": page, "has_more": len(rows) > n, "url": "/v1/refunds"}
 
 
 def main(argv: list[str] | None = None) -> int:
