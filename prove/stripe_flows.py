@@ -1,0 +1,59 @@
+"""The refund case (DESIGN B11) through the Stripe adapter (EMULATED: the official stripe SDK
+pointed at the local target's Stripe-compatible subset).
+
+Run by real worker subprocesses (``python -m interlock_runtime.worker --module prove.stripe_flows``
+with the repository root on PYTHONPATH). The case input carries the target URL, the payment, the
+tier and the timings; with ``model_url`` the amount comes from the model stub through the official
+anthropic SDK (EMULATED model variance), else it is ``case["amount"]`` (default 2000).
+
+Steps: decide the amount (recorded once, with the premises it saw), wait for the ``approve``
+signal (``rt.approve``: a grant bound to the approved payload's hash), then the refund of the
+decided amount through ``ctx.effect`` on ``StripeRefunds`` under that grant.
+"""
+
+from __future__ import annotations
+
+from interlock_runtime import workflow
+from prove.model_stub import decide_amount
+from prove.stripe_target import StripeRefunds
+
+
+def stripe_target(case: dict) -> StripeRefunds:
+    return StripeRefunds(
+        case["target_url"],
+        case["payment"],
+        case.get("tier", 1),
+        send_timeout=case.get("send_timeout", 3.0),
+        settle_margin=case.get("settle_margin", 5.0),
+        max_network_retries=case.get("max_network_retries"),
+    )
+
+
+def pick_amount(request: dict) -> dict:
+    """The model's amount (through the anthropic SDK against the stub), or the scripted one."""
+    if request.get("model_url"):
+        return decide_amount(request["model_url"], request["case"],
+                             context={"payment": request["payment"]})  # fmt: skip
+    return {"amount": int(request.get("amount", 2000)), "model": None}
+
+
+def payload_for(case: dict, amount: int) -> dict:
+    """The refund payload; rt.approve binds the grant to exactly this shape's hash."""
+    return {"payment": case["payment"], "amount": int(amount)}
+
+
+@workflow(name="stripe_refund", version="1")
+def stripe_refund(ctx, case):
+    target = stripe_target(case)
+    request = {"case": case["id"], "payment": case["payment"],
+               "model_url": case.get("model_url"), "amount": case.get("amount", 2000)}  # fmt: skip
+    decision = ctx.decide("pick_amount", pick_amount, request, premises=target.capture)
+    approval = ctx.wait_signal("approve", timeout=case.get("approval_timeout", 600))
+    if approval is None:
+        return {"status": "approval expired"}
+    r = ctx.effect(target, key=f"refund:{case['id']}",
+                   payload=payload_for(case, decision.output["amount"]),
+                   premises=approval["facts_seen"], grant=approval["grant_id"],
+                   decision=decision.ref)  # fmt: skip
+    return {"status": r.status, "effect_id": r.effect_id, "result": r.result,
+            "decided": decision.output["amount"]}  # fmt: skip
