@@ -50,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from contextlib import ExitStack, contextmanager
@@ -61,6 +62,7 @@ import psycopg
 
 SYSTEMS = ("runtime", "dbos", "absurd", "temporal")
 STEP_MS = 20.0
+STARTERS = 8  # client threads starting the throughput batch (each with its own connection)
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 
@@ -228,6 +230,15 @@ class Driver:
     def start_one(self, i: int) -> Any: ...
     def wait_one(self, handle: Any) -> None: ...
     def start_many(self, ids: list[int]) -> list[Any]:
+        """N started at once: STARTERS client threads, each with a client of its own."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        chunks = [ids[k::STARTERS] for k in range(STARTERS)]
+        with ThreadPoolExecutor(STARTERS) as ex:
+            parts = list(ex.map(self.start_chunk, chunks))
+        return [h for part in parts for h in part]
+
+    def start_chunk(self, ids: list[int]) -> list[Any]:
         return [self.start_one(i) for i in ids]
 
     def wait_all(self, handles: list[Any]) -> int: ...
@@ -279,10 +290,16 @@ class RuntimeDriver(Driver):
         self.poll = psycopg.connect(self.dsn, autocommit=True)
         self.tag = uuid.uuid4().hex[:6]
 
-    def start_one(self, i: int) -> str:
+    def start_one(self, i: int, rt: Any = None) -> str:
         wf = f"b{self.tag}-{i}"
-        self.rt.start("bench_one_step", wf, {"ms": STEP_MS})
+        (rt or self.rt).start("bench_one_step", wf, {"ms": STEP_MS})
         return wf
+
+    def start_chunk(self, ids: list[int]) -> list[Any]:
+        from interlock_runtime import Runtime
+
+        with Runtime(self.dsn, apply_schema=False) as rt:
+            return [self.start_one(i, rt) for i in ids]
 
     def wait_one(self, wf: str) -> None:
         q = "select status from ilr.workflows where id = %s"
@@ -376,8 +393,18 @@ class AbsurdDriver(Driver):
             raise RuntimeError(f"absurd worker did not start: {line!r}")
         self.poll = psycopg.connect(self.dsn, autocommit=True)
 
-    def start_one(self, i: int) -> str:
-        return str(self.app.spawn("one_step", {"ms": STEP_MS}, queue=self.queue)["task_id"])
+    def start_one(self, i: int, app: Any = None) -> str:
+        spawned = (app or self.app).spawn("one_step", {"ms": STEP_MS}, queue=self.queue)
+        return str(spawned["task_id"])
+
+    def start_chunk(self, ids: list[int]) -> list[Any]:
+        from absurd_sdk import Absurd
+
+        app = Absurd(self.dsn, queue_name=self.queue)
+        try:
+            return [self.start_one(i, app) for i in ids]
+        finally:
+            app.close()
 
     def wait_one(self, task_id: str) -> None:
         q = f"select state from absurd.t_{self.queue} where task_id = %s"
@@ -524,8 +551,31 @@ try:
                 "sleep_step", ms, start_to_close_timeout=timedelta(seconds=30)
             )
 
+    @activity.defn(name="load")
+    def temporal_load(case: dict) -> dict:
+        return {"case": case["id"], "payment": case["payment"]}
+
+    @workflow.defn(name="BenchRefund", sandboxed=False)
+    class BenchRefund:
+        """Shape 2 for Temporal (a): one step, one decide, one refund (baselines/refund.py's
+        activities; the refund body is (a) temporal_idem, Temporal's recommended key)."""
+
+        @workflow.run
+        async def run(self, case: dict) -> dict:
+            loaded = await workflow.execute_activity(
+                "load", case, start_to_close_timeout=timedelta(seconds=10)
+            )
+            decision = await workflow.execute_activity(
+                "decide", loaded, start_to_close_timeout=timedelta(seconds=10)
+            )
+            refund = await workflow.execute_activity(
+                "refund", {"payment": case["payment"], "amount": decision["amount"]},
+                start_to_close_timeout=timedelta(seconds=3),
+            )  # fmt: skip
+            return {"status": "COMMITTED" if refund else "?", "refund": refund}
+
 except ImportError:  # the harness extra is not installed: the Temporal column is skipped
-    BenchOneStep = None  # type: ignore[assignment,misc]
+    BenchOneStep = BenchRefund = None  # type: ignore[assignment,misc]
 
 
 def temporal_worker(argv: list[str]) -> int:
@@ -533,19 +583,31 @@ def temporal_worker(argv: list[str]) -> int:
     ap.add_argument("--address", required=True)
     ap.add_argument("--task-queue", required=True)
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--target-url", default="")
+    ap.add_argument("--model-url", default="")
     args = ap.parse_args(argv)
     from concurrent.futures import ThreadPoolExecutor
 
     from temporalio.client import Client
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+    activities: list[Any] = [temporal_sleep_step, temporal_load]
+    if args.target_url:
+        from baselines import refund as baseline
+
+        activities += baseline.configure(
+            mode="temporal_idem", target_url=args.target_url, payment="unused", tier=1,
+            model_url=args.model_url, grants_dsn=None, attempt_log_path=None,
+            worker=f"bench-t-{os.getpid()}", http_timeout=3.0,
+        )  # fmt: skip
+
     async def main() -> None:
         client = await Client.connect(args.address)
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         with ThreadPoolExecutor(max_workers=args.concurrency) as ex:
-            async with Worker(client, task_queue=args.task_queue, workflows=[BenchOneStep],
-                              activities=[temporal_sleep_step], activity_executor=ex,
+            async with Worker(client, task_queue=args.task_queue, workflows=[BenchOneStep, BenchRefund],
+                              activities=activities, activity_executor=ex,
                               max_concurrent_activities=args.concurrency,
                               workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
                 print("ready", flush=True)
@@ -642,6 +704,280 @@ def ratios(per_rep: list[dict[str, dict]], peer: str) -> dict:
         tp.append(a["tput"]["wf_per_s"] / b["tput"]["wf_per_s"])
     return {"p50_ratio": spread(lat), "tput_ratio": spread(tp),
             "p50_ratios": lat, "tput_ratios": tp}  # fmt: skip
+
+
+# -- shape 2: refund, closed loop -------------------------------------------------------------
+
+MODEL_MS = 50.0
+TARGET_MS = 20.0
+TERMINAL = ("completed", "failed", "cancelled", "stuck")
+
+
+@contextmanager
+def refund_services():
+    """The local target (tier 1, 20 ms per POST /refunds) and the model stub (50 ms per call),
+    each in a subprocess of its own (EMULATED model variance; the target is local)."""
+    procs: list[subprocess.Popen] = []
+
+    def spawn(*args: str) -> dict:
+        p = subprocess.Popen([sys.executable, "-m", *args], cwd=str(ROOT),
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+        procs.append(p)
+        return json.loads(p.stdout.readline())
+
+    try:
+        target = spawn("prove.target", "--tier", "1", "--delay-ms", str(TARGET_MS))
+        stub = spawn("prove.model_stub", "--delay-ms", str(MODEL_MS))
+        yield target["url"], stub["url"]
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+class ClosedLoop:
+    """`slots` clients, each: create a payment, start a refund workflow, wait for its end, again.
+    Records (end time, latency, outcome) per workflow; the window is [warmup, warmup+window]."""
+
+    def __init__(self, slots: int, warmup: float, window: float):
+        self.slots, self.warmup, self.window = slots, warmup, window
+        self.records: list[tuple[float, float, str]] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+
+    def measure(self, t0: float) -> dict:
+        lo, hi = t0 + self.warmup, t0 + self.warmup + self.window
+        inside = [r for r in self.records if lo <= r[0] <= hi]
+        lat = [r[1] for r in inside]
+        effects = sum(1 for r in inside if r[2] == "COMMITTED")
+        return {"completed": len(inside), "wf_per_s": len(inside) / self.window,
+                "effects_per_s": effects / self.window, "p50_ms": pct(lat, 50),
+                "p99_ms": pct(lat, 99), "outcomes": sorted({r[2] for r in inside})}  # fmt: skip
+
+
+def runtime_refund_point(admin: str, template: str, urls: tuple[str, str], workers: int,
+                         per_worker: int, warmup: float, window: float) -> dict:  # fmt: skip
+    from interlock_runtime import Runtime
+    from interlock_runtime.testing import WorkerProcess
+    from prove.target_client import TargetAdmin
+
+    target_url, model_url = urls
+    tadmin = TargetAdmin(target_url)
+    loop = ClosedLoop(workers * per_worker, warmup, window)
+    tag = uuid.uuid4().hex[:6]
+    with ExitStack() as stack:
+        dsn, dbname = stack.enter_context(scratch_database(admin, "ilr_bench_refund", template))
+        logdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ilr-bench-")))
+        procs = [WorkerProcess(dsn, f"bench-r{i}", logdir, "prove.bench_flows",
+                               pythonpath=str(ROOT), lease_ttl=30.0, poll=1.0,
+                               concurrency=per_worker, cwd=str(ROOT)) for i in range(workers)]  # fmt: skip
+        stack.callback(lambda: [w.close() for w in procs])
+        for w in procs:
+            w.wait_event("registered", timeout=60)
+        clients = [Runtime(dsn) for _ in range(4)]
+        stack.callback(lambda: [c.close() for c in clients])
+        grant = clients[0].grant("bench", "refund", max_cents=None, by="bench")
+        waiting: dict[str, tuple[threading.Event, list]] = {}
+        wlock = threading.Lock()
+
+        def poller() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while not (loop.stop.is_set() and not waiting):
+                    with wlock:
+                        ids = list(waiting)
+                    if ids:
+                        rows = conn.execute(
+                            "select id, status, result->>'status' from ilr.workflows"
+                            " where id = any(%s) and status = any(%s)", (ids, list(TERMINAL))
+                        ).fetchall()  # fmt: skip
+                        for wid, st, outcome in rows:
+                            with wlock:
+                                ev, box = waiting.pop(wid)
+                            box.append(outcome if st == "completed" else st)
+                            ev.set()
+                    time.sleep(0.003)
+
+        def client(slot: int) -> None:
+            n = 0
+            rt = clients[slot % len(clients)]
+            while not loop.stop.is_set():
+                n += 1
+                pid = f"pay-{tag}-{slot}-{n}"
+                tadmin.create_payment(pid, 100_000)
+                wid = f"r{tag}-{slot}-{n}"
+                ev, box = threading.Event(), []
+                with wlock:
+                    waiting[wid] = (ev, box)
+                case = {"id": wid, "payment": pid, "target_url": target_url,
+                        "model_url": model_url, "grant": grant}  # fmt: skip
+                t = time.perf_counter()
+                rt.start("bench_refund", wid, case)
+                ev.wait(120)
+                end = time.perf_counter()
+                with loop.lock:
+                    loop.records.append((end, (end - t) * 1000.0, box[0] if box else "timeout"))
+
+        cpu0 = c0 = None
+        threads = [threading.Thread(target=client, args=(i,), daemon=True)
+                   for i in range(loop.slots)]  # fmt: skip
+        pt = threading.Thread(target=poller, daemon=True)
+        t0 = time.perf_counter()
+        pt.start()
+        for t in threads:
+            t.start()
+        time.sleep(warmup)
+        cpu0, c0 = pg_cpu_seconds(), counters(admin)
+        time.sleep(window)
+        cpu1, c1 = pg_cpu_seconds(), counters(admin)
+        loop.stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        pt.join(timeout=30)
+        out = loop.measure(t0)
+        out["workers"], out["per_worker"] = workers, per_worker
+        n = out["completed"] or 1
+        out["write_tx_per_wf"] = (c1["xid"] - c0["xid"]) / n
+        out["write_tx_per_s"] = (c1["xid"] - c0["xid"]) / window
+        out["wal_bytes_per_wf"] = (c1["lsn"] - c0["lsn"]) / n
+        out["pg_cpu_cores"] = (cpu1 - cpu0) / window if cpu0 is not None and cpu1 else None
+        out["other_db_commits"] = sum(
+            c1["commits"].get(k, 0) - v for k, v in c0["commits"].items() if k != dbname
+        )
+        out["effect_overhead_ms"] = effect_overhead(dsn, tadmin)
+    return out
+
+
+def effect_overhead(dsn: str, tadmin: Any) -> dict:
+    """Per effect: DISPATCHED commit to COMMITTED commit (journal ts, database clock) minus the
+    target's own time for the POST (its access log: arrival to end)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "select effect_id, kind, to_timestamp((body::jsonb->>'ts')::float8) from ilr.journal"
+            " where kind in ('DISPATCHED','COMMITTED')"
+        ).fetchall()
+    ts: dict[str, dict[str, float]] = {}
+    for eid, kind, at in rows:
+        ts.setdefault(eid, {})[kind] = at.timestamp()
+    served = {}
+    for e in tadmin.log(path="/refunds", method="POST"):
+        if e.get("end") and e.get("key"):
+            served[e["key"]] = e["end"] - e["arrival"]
+    over = [(v["COMMITTED"] - v["DISPATCHED"] - served[k]) * 1000.0
+            for k, v in ts.items() if "COMMITTED" in v and "DISPATCHED" in v and k in served]  # fmt: skip
+    gross = [(v["COMMITTED"] - v["DISPATCHED"]) * 1000.0
+             for v in ts.values() if "COMMITTED" in v and "DISPATCHED" in v]  # fmt: skip
+    return {"n": len(over), "p50": pct(over, 50), "p99": pct(over, 99),
+            "dispatch_to_commit_p50": pct(gross, 50), "matched_target_log": len(over)}  # fmt: skip
+
+
+def temporal_refund_point(address: str, urls: tuple[str, str], workers: int, per_worker: int,
+                          warmup: float, window: float) -> dict:  # fmt: skip
+    from temporalio.client import Client
+
+    from prove.target_client import TargetAdmin
+
+    target_url, model_url = urls
+    tadmin = TargetAdmin(target_url)
+    loop = ClosedLoop(workers * per_worker, warmup, window)
+    queue, tag = f"bench-refund-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:6]
+    procs = []
+    try:
+        for _ in range(workers):
+            cmd = [sys.executable, "-m", "prove.bench", "temporal-worker", "--address", address,
+                   "--task-queue", queue, "--concurrency", str(per_worker),
+                   "--target-url", target_url, "--model-url", model_url]  # fmt: skip
+            procs.append(subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.PIPE, text=True))
+        for p in procs:
+            if "ready" not in p.stdout.readline():
+                raise RuntimeError("a temporal refund worker did not start")
+
+        async def run() -> float:
+            client = await Client.connect(address)
+
+            async def slot(i: int) -> None:
+                n = 0
+                while not loop.stop.is_set():
+                    n += 1
+                    pid = f"pay-{tag}-{i}-{n}"
+                    await asyncio.to_thread(tadmin.create_payment, pid, 100_000)
+                    t = time.perf_counter()
+                    try:
+                        r = await client.execute_workflow(
+                            "BenchRefund", {"id": f"{pid}", "payment": pid},
+                            id=f"r{tag}-{i}-{n}", task_queue=queue)  # fmt: skip
+                        outcome = r.get("status", "?")
+                    except Exception as e:  # noqa: BLE001 - counted as an outcome
+                        outcome = type(e).__name__
+                    end = time.perf_counter()
+                    loop.records.append((end, (end - t) * 1000.0, outcome))
+
+            t0 = time.perf_counter()
+            tasks = [asyncio.create_task(slot(i)) for i in range(loop.slots)]
+            await asyncio.sleep(warmup + window)
+            loop.stop.set()
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 120)
+            return t0
+
+        t0 = asyncio.run(run())
+        out = loop.measure(t0)
+        out["workers"], out["per_worker"] = workers, per_worker
+        return out
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def run_shape2(cfg: dict, admin: str, template: str, temporal: str, log=print) -> dict:
+    rows: list[dict] = []
+    with refund_services() as urls:
+        for rep in range(cfg["reps"]):
+            for w in cfg["refund_workers"]:
+                for system in cfg["refund_systems"]:
+                    if system == "temporal" and not temporal:
+                        continue
+                    log(f"[bench] shape 2 rep {rep + 1}/{cfg['reps']}: {system}, {w} workers ...")
+                    try:
+                        if system == "runtime":
+                            r = runtime_refund_point(admin, template, urls, w, cfg["refund_per_worker"],
+                                                     cfg["refund_warmup"], cfg["refund_window"])  # fmt: skip
+                        else:
+                            r = temporal_refund_point(temporal, urls, w, cfg["refund_per_worker"],
+                                                      cfg["refund_warmup"], cfg["refund_window"])  # fmt: skip
+                    except Exception as e:  # noqa: BLE001 - recorded in the report
+                        r = {"error": f"{type(e).__name__}: {e}", "workers": w}
+                    r.update(system=system, rep=rep)
+                    rows.append(r)
+                    if "error" in r:
+                        log(f"[bench]   FAILED: {r['error']}")
+                    else:
+                        log(f"[bench]   {r['wf_per_s']:.1f} wf/s, p50 {r['p50_ms']:.0f} ms, "
+                            f"p99 {r['p99_ms']:.0f} ms, outcomes {r['outcomes']}")  # fmt: skip
+    summary = {}
+    for system in cfg["refund_systems"]:
+        for w in cfg["refund_workers"]:
+            pts = [
+                r for r in rows if r["system"] == system and r["workers"] == w and "error" not in r
+            ]
+            if not pts:
+                continue
+            key = f"{system}@{w}"
+            summary[key] = {k: spread([p[k] for p in pts if p.get(k) is not None])
+                            for k in ("wf_per_s", "effects_per_s", "p50_ms", "p99_ms",
+                                      "write_tx_per_wf", "write_tx_per_s", "pg_cpu_cores")}  # fmt: skip
+            ov = [p["effect_overhead_ms"]["p50"] for p in pts if p.get("effect_overhead_ms")]
+            summary[key]["effect_overhead_p50_ms"] = spread([v for v in ov if v is not None])
+    return {"points": rows, "summary": summary}
 
 
 # -- pgbench ---------------------------------------------------------------------------------
@@ -763,13 +1099,14 @@ def run_bench(cfg: dict, log=print) -> dict:
     with ExitStack() as stack:
         template = stack.enter_context(template_database(admin))
         temporal = ""
-        if "temporal" in systems:
+        want2 = 2 in cfg["shapes"] and "temporal" in cfg.get("refund_systems", [])
+        if ("temporal" in systems and 1 in cfg["shapes"]) or want2:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-temporal-")))
             server = TemporalDevServer(tmp / "temporal.db", wal=True)
             stack.enter_context(server)
             temporal = server.address
             report["temporal_server"] = {"command": server.command(), "wal": True}
-        for rep in range(cfg["reps"]):
+        for rep in range(cfg["reps"] if 1 in cfg["shapes"] else 0):
             row: dict[str, dict] = {}
             for system in systems:
                 log(f"[bench] shape 1 rep {rep + 1}/{cfg['reps']}: {system} ...")
@@ -782,6 +1119,8 @@ def run_bench(cfg: dict, log=print) -> dict:
                         f"p99 {pct(res['seq_ms'], 99):.1f} ms, "
                         f"{res['tput']['wf_per_s']:.0f} wf/s ({res['wall_s']:.0f} s)")  # fmt: skip
             per_rep.append(row)
+        if 2 in cfg["shapes"]:
+            report["shape2"] = run_shape2(cfg, admin, template, temporal, log)
     report["shape1"] = {
         "reps": per_rep,
         "summary": {s: summarize(s, [r[s] for r in per_rep]) for s in systems},
@@ -799,9 +1138,11 @@ def run_bench(cfg: dict, log=print) -> dict:
 
 FULL = {"systems": list(SYSTEMS), "reps": 3, "seq": 200, "tput": 1000, "warmup": 5,
         "concurrency": 32, "driver_timeout": 600, "pgbench": True,
-        "pgbench_clients": [1, 8], "pgbench_seconds": 8}  # fmt: skip
+        "pgbench_clients": [1, 8], "pgbench_seconds": 8, "shapes": [1, 2],
+        "refund_systems": ["runtime", "temporal"], "refund_workers": [1, 4, 8],
+        "refund_per_worker": 8, "refund_warmup": 2.0, "refund_window": 8.0}  # fmt: skip
 SMOKE = {"systems": ["runtime", "absurd"], "reps": 1, "seq": 10, "tput": 40, "warmup": 1,
-         "concurrency": 8, "driver_timeout": 120, "pgbench": False}  # fmt: skip
+         "concurrency": 8, "driver_timeout": 120, "pgbench": False, "shapes": [1]}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -816,13 +1157,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="about 10 s; writes nothing to results/")
     ap.add_argument("--systems", default=None, help="comma list (default: all four)")
     ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--shapes", default=None, help="comma list of shapes to run (1, 2)")
     ap.add_argument("--json", default=None, help="write the report JSON here (smoke or not)")
     args = ap.parse_args(argv)
     cfg = dict(SMOKE if args.smoke else FULL)
+    for key in ("refund_workers", "refund_window"):
+        env = os.environ.get(f"ILR_BENCH_{key.upper()}")
+        if env:
+            cfg[key] = [int(x) for x in env.split(",")] if key == "refund_workers" else float(env)
     if args.systems:
         cfg["systems"] = [s for s in args.systems.split(",") if s]
     if args.reps:
         cfg["reps"] = args.reps
+    if args.shapes:
+        cfg["shapes"] = [int(x) for x in args.shapes.split(",") if x]
     report = run_bench(cfg)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
