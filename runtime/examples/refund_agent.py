@@ -10,9 +10,10 @@ What it does, with real processes and real signals (EMULATED parts are labeled):
 2. starts worker W1 with ILR_KILL_AT=effect_after_send: it will SIGKILL itself right after the
    target answered the refund, before the runtime journaled COMMITTED;
 3. starts the refund workflow; the model decides the amount (2000) through the anthropic SDK;
-4. a person approves: the Runtime client's ``approve(..., by="alice")``, which is what
-   ``interlock approve WF --amount 2000 --by alice`` does: a grant bound to exactly that payload
-   and to the facts the approver saw;
+4. a person approves: ``interlock approve WF --amount 2000 --by alice`` (run here as
+   ``python -m interlock_runtime.approve_cli``), which calls the Runtime client's
+   ``approve(..., by="alice")``: a grant bound to exactly that payload and to the facts the
+   approver saw (the premises recorded with the model's decision);
 5. W1 sends the refund and dies (exit -9); worker W2 takes over after the lease expires, waits
    out send_deadline + settle_margin, resends with the same idempotency key, and the target
    replays the stored refund: COMMITTED_BY_RETRY;
@@ -142,10 +143,16 @@ def run(dsn: str, workdir: Path, use_stripe: bool) -> int:
                     f"EMULATED); premises seen: {json.dumps(decided['premises'])}")  # fmt: skip
 
                 say("\n# 3. a person approves exactly that refund")
+                # `interlock approve` (interlock_runtime.approve_cli): Runtime.approve with the
+                # decision's premises as the facts alice saw, by="alice"
                 say(f"$ interlock approve {WF} --amount {amount} --by alice")
-                grant = rt.approve(WF, flows_module.payload_for(case, amount),
-                                   decided["premises"], by="alice")  # fmt: skip
-                say(f"approved by alice: grant {grant} (bound to the payload's hash)")
+                got = subprocess.run([sys.executable, "-m", "interlock_runtime.approve_cli", WF,
+                                      "--amount", str(amount), "--by", "alice", "--dsn", dsn],
+                                     capture_output=True, text=True, timeout=60)  # fmt: skip
+                if got.returncode != 0:
+                    say(f"FAIL: interlock approve: {got.stderr}")
+                    return 1
+                say(got.stdout.rstrip())
 
                 say("\n# 4. the worker sends the refund and is SIGKILLed before recording it")
                 code = w1.wait(timeout=60)

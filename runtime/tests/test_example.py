@@ -20,6 +20,7 @@ def test_refund_agent_example_end_to_end(dsn, tmp_path) -> None:
     assert p.returncode == 0, out + p.stderr
     assert "model decided: refund 2000 cents" in out and "EMULATED" in out
     assert "$ interlock approve refund-case-4471 --amount 2000 --by alice" in out
+    assert 'approved {"payment": "pay_881", "amount": 2000} for refund-case-4471 by alice' in out
     assert "worker W1 died after the send (exit -9)" in out
     assert "the runtime's effect is still dispatched" in out
     assert "refund-case-4471: COMMITTED_BY_RETRY" in out
@@ -30,3 +31,21 @@ def test_refund_agent_example_end_to_end(dsn, tmp_path) -> None:
                   "premises held", "receipt valid and signed"):  # fmt: skip
         assert f"{check + ':':<26}yes" in out
     assert (tmp_path / "receipt.json").exists()
+
+
+def test_approve_cli_refuses_bad_input_clearly(dsn, capsys) -> None:
+    """`interlock approve` (interlock_runtime.approve_cli): nothing is approved on bad input."""
+    import flows
+
+    from interlock_runtime import Runtime
+    from interlock_runtime.approve_cli import main
+
+    assert main(["wf-x", "--amount", "2000"]) == 2  # --by is required
+    assert main(["wf-x", "--payload", "{nope", "--by", "alice", "--dsn", dsn]) == 2
+    assert "not JSON" in capsys.readouterr().err
+    assert main(["wf-missing", "--amount", "2000", "--by", "alice", "--dsn", dsn]) == 1
+    with Runtime(dsn) as rt:
+        rt.start(flows.echo, "wf-echo", {"payment": "pay_881"})  # no worker: nothing decided
+    assert main(["wf-echo", "--amount", "2000", "--by", "alice", "--dsn", dsn]) == 2
+    assert "no recorded decision" in capsys.readouterr().err
+    assert main(["wf-echo", "--amount", "-5", "--by", "alice", "--dsn", dsn]) == 2
