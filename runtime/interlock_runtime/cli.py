@@ -14,6 +14,7 @@
     interlock ambiguous [--json]
     interlock reconcile EFFECT_ID --evidence TEXT --by WHO
     interlock revoke GRANT_ID --by WHO
+    interlock approve WF --amount N --by WHO
     interlock breaker list | reset TARGET
     interlock watchdog [--threshold S] [--json] [--every S]
     interlock roles [--login USER=worker|operator|auditor ...]   (with an admin DSN)
@@ -321,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
              json_flag=False)  # fmt: skip
     p.add_argument("--login", action="append", default=[], metavar="USER=ROLE",
                    help="also create a login user in ilr_worker, ilr_operator or ilr_auditor")  # fmt: skip
+    sub.add_parser("approve", help="approve a workflow's decided payload (see `interlock approve --help`)",
+                   add_help=False)  # fmt: skip
     sub.add_parser("watchdog", help="report overdue workflows and effects (exit 1 if any)",
                    add_help=False)  # fmt: skip
     sub.add_parser("verify", help="verify a receipt bundle file (see `interlock verify --help`)",
@@ -336,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         from .watchdog import main as watchdog_main
 
         return watchdog_main(argv[1:])
+    if argv[:1] == ["approve"]:  # a person approves a decision (approve_cli.py)
+        from .approve_cli import main as approve_main
+
+        return approve_main(argv[1:])
     if argv[:1] == ["verify"]:  # so does the receipt verifier
         from .receipts import main as verify_main
 
