@@ -33,6 +33,7 @@ CONSTANTS
     DedupAge,       \* dedup_window - DEDUP_MARGIN: the protocol's tier-1 horizon
     DedupMargin,    \* DEDUP_MARGIN: the target keeps a key for DedupAge + DedupMargin ticks
     MaxCrashes,
+    MaxAttempts,    \* Temporal: attempts of the refund activity explored (unlimited in Temporal)
     URGENT          \* time advances only when no protocol step can happen (liveness)
 
 ASSUME /\ Tier \in {1, 2, 3}
@@ -64,7 +65,7 @@ VARIABLES
     handRefund, cancelReq, offer,           \* external premise; cancel; the offered payload
     up, ws,                                 \* per worker: process alive; its memory
     wire, ledger, keys, keysPruned,         \* the target: requests, applications, dedup keys
-    sendLog, lastSendDL,                    \* ghost history of sends
+    sends, sendBad, lastSendDL,             \* ghost: sends on the wire; which send checks failed
     lateResults, lateAcks, crashes, ghost,  \* ghost counters and flags
     tAttempt, tStart, tHolder, tKey         \* Temporal server: attempts, start, holder, key
 
@@ -73,7 +74,7 @@ stepVars == <<stepRow, rowWrites, plainRerun>>
 effVars == <<effState, boundPayload, dispEpoch, firstDispatch, sendDeadline, journal>>
 worldVars == <<grantRevoked, revokeReturned, handRefund, cancelReq, offer>>
 targetVars == <<wire, ledger, keys, keysPruned>>
-histVars == <<sendLog, lastSendDL, lateResults, lateAcks, crashes, ghost>>
+histVars == <<sends, sendBad, lastSendDL, lateResults, lateAcks, crashes, ghost>>
 temporalVars == <<tAttempt, tStart, tHolder, tKey>>
 vars == <<now, wfVars, stepVars, effVars, worldVars, up, ws, targetVars, histVars,
           temporalVars>>
@@ -92,7 +93,16 @@ IdleW == [pc |-> "idle", epoch |-> 0, deadline |-> -1, snap |-> FALSE, readOk |-
           found |-> FALSE, effTier |-> 0, readPair |-> 0, meta |-> NoMeta, via |-> "send",
           awaitId |-> 0, attempt |-> 0]
 GhostFlags == [unfenced |-> FALSE, earlyTakeover |-> FALSE, tookOver |-> FALSE,
-               lastRecheckFailed |-> FALSE, ambTier |-> 0]
+               lastRecheckFailed |-> FALSE, ambTier |-> 0, recoverySent |-> FALSE]
+(***************************************************************************)
+(* The send history is kept as monotone flags, one per send invariant:    *)
+(* "some send so far failed this check".  Every send invariant is a       *)
+(* for-all over sends, so this is equivalent to a log and keeps the state  *)
+(* space small; the trace shows the sends themselves.                     *)
+(***************************************************************************)
+NoBad == [liveClaim |-> FALSE, grantOk |-> FALSE, premiseOk |-> FALSE, recheck |-> FALSE,
+          payload |-> FALSE, cancel |-> FALSE, revoke |-> FALSE, premiseAtSend |-> FALSE,
+          overlap |-> FALSE, tier3 |-> FALSE]
 PCs == {"idle", "load", "run", "plain", "effect", "dbegin", "dcommit", "send", "await",
         "tcommit", "ckpt", "recover", "resolve", "finish", "tread", "tsend", "tawait", "tdone"}
 
@@ -123,7 +133,7 @@ Init ==
     /\ handRefund = 0 /\ cancelReq = FALSE /\ offer = Payload0
     /\ up = [w \in Workers |-> TRUE] /\ ws = [w \in Workers |-> IdleW]
     /\ wire = {} /\ ledger = 0 /\ keys = {} /\ keysPruned = FALSE
-    /\ sendLog = <<>> /\ lastSendDL = -1
+    /\ sends = 0 /\ sendBad = NoBad /\ lastSendDL = -1
     /\ lateResults = 0 /\ lateAcks = 0 /\ crashes = 0 /\ ghost = GhostFlags
     /\ tAttempt = 0 /\ tStart = -1 /\ tHolder = Nobody /\ tKey = 1
 
@@ -159,6 +169,8 @@ PastWindow == firstDispatch >= 0 /\ now - firstDispatch > DedupAge
 EffTierNow == IF Tier = 1 /\ PastWindow THEN (IF Queryable THEN 2 ELSE 3) ELSE Tier
 GrantCovers(p) == ~grantRevoked /\ p = Payload0
 PremiseNow == handRefund = 0     \* decided_on: refunded_by_others = 0
+(* The payload bound at the first PROPOSED (Temporal: the approved amount). *)
+FirstBoundPayload == IF Interlock THEN boundPayload ELSE Payload0
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -173,7 +185,7 @@ Claim(w) ==
                               !.earlyTakeover = @ \/ (wfStatus = "running" /\ leaseExp > now)]
     /\ ws' = [ws EXCEPT ![w].pc = "load", ![w].epoch = wfEpoch + 1,
                         ![w].deadline = now + LeaseTTL]
-    /\ UNCHANGED <<now, stepVars, effVars, worldVars, up, targetVars, sendLog, lastSendDL,
+    /\ UNCHANGED <<now, stepVars, effVars, worldVars, up, targetVars, sends, sendBad, lastSendDL,
                    lateResults, lateAcks, crashes, temporalVars>>
 
 (***************************************************************************)
@@ -220,7 +232,7 @@ RecordPlain(w) ==
             /\ ws' = [ws EXCEPT ![w].pc = "effect", ![w].deadline = now + LeaseTTL]
        ELSE Idle(w) /\ UNCHANGED <<stepRow, rowWrites, leaseExp, ghost>>
     /\ UNCHANGED <<now, wfStatus, wfEpoch, plainRerun, effVars, worldVars, up, targetVars,
-                   sendLog, lastSendDL, lateResults, lateAcks, crashes, temporalVars>>
+                   sends, sendBad, lastSendDL, lateResults, lateAcks, crashes, temporalVars>>
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -305,7 +317,7 @@ DispatchCommit(w) ==
                     ![w].sendBy = IF Broken("stopwatch_after_dispatch") THEN now + SendTimeout
                                   ELSE ws[w].sendBy]
               /\ UNCHANGED <<stepRow, rowWrites>>
-    /\ UNCHANGED <<now, wfVars, plainRerun, worldVars, up, targetVars, sendLog, lastSendDL,
+    /\ UNCHANGED <<now, wfVars, plainRerun, worldVars, up, targetVars, sends, sendBad, lastSendDL,
                    lateResults, lateAcks, crashes, temporalVars>>
 
 (***************************************************************************)
@@ -315,24 +327,30 @@ DispatchCommit(w) ==
 (* across its deadline sends when it thaws.                                *)
 (***************************************************************************)
 SendBytes(w, m) ==
-    /\ wire' = wire \cup {[id |-> Len(sendLog) + 1, key |-> m.key, by |-> w,
+    /\ wire' = wire \cup {[id |-> sends + 1, key |-> m.key, by |-> w,
                            processBy |-> Max(m.deadline, now) + SettleMargin]}
-    /\ sendLog' = Append(sendLog,
-          [liveClaim |-> m.liveClaim, grantOk |-> m.grantOk, premiseOk |-> m.premiseOk,
-           payload |-> m.payload, resend |-> Len(sendLog) > 0, recheckOk |-> m.recheckOk,
-           afterCancel |-> m.afterCancel, pastWindow |-> m.pastWindow,
-           afterRevoke |-> grantRevoked, inRevokeReturned |-> revokeReturned,
-           premiseAtSend |-> PremiseNow, recovery |-> m.recovery,
-           prevSendSettled |-> lastSendDL < 0 \/ now > lastSendDL + SettleMargin])
+    /\ sends' = sends + 1
+    /\ sendBad' = [sendBad EXCEPT
+          !.liveClaim = @ \/ ~m.liveClaim,
+          !.grantOk = @ \/ ~m.grantOk,
+          !.premiseOk = @ \/ ~m.premiseOk,
+          !.recheck = @ \/ (sends > 0 /\ ~m.recheckOk),
+          !.payload = @ \/ m.payload # FirstBoundPayload,
+          !.cancel = @ \/ m.afterCancel,
+          !.revoke = @ \/ (grantRevoked /\ ~revokeReturned),
+          !.premiseAtSend = @ \/ ~PremiseNow,
+          !.overlap = @ \/ ~(lastSendDL < 0 \/ now > lastSendDL + SettleMargin),
+          !.tier3 = @ \/ (sends > 0 /\ (Tier = 3 \/ (Tier = 1 /\ ~Queryable /\ m.pastWindow)))]
     /\ lastSendDL' = m.deadline
+    /\ ghost' = [ghost EXCEPT !.recoverySent = @ \/ m.recovery]
 
 Send(w) ==
     /\ Interlock /\ At(w, "send")
     /\ now < ws[w].sendBy \/ PAUSE
     /\ SendBytes(w, ws[w].meta)
-    /\ ws' = [ws EXCEPT ![w].pc = "await", ![w].awaitId = Len(sendLog) + 1]
+    /\ ws' = [ws EXCEPT ![w].pc = "await", ![w].awaitId = sends + 1]
     /\ UNCHANGED <<now, wfVars, stepVars, effVars, worldVars, up, ledger, keys, keysPruned,
-                   lateResults, lateAcks, crashes, ghost, temporalVars>>
+                   lateResults, lateAcks, crashes, temporalVars>>
 
 (* The watchdog fires before the send, or the socket times out: the run is abandoned and
    the effect stays dispatched until recovery, after send_deadline + settle_margin. *)
@@ -378,7 +396,7 @@ TCommit(w) ==
     /\ ws' = [ws EXCEPT ![w].pc = IF Broken("commit_without_checkpoint") THEN "ckpt" ELSE "finish",
                         ![w].deadline = now + LeaseTTL]
     /\ UNCHANGED <<now, wfStatus, wfEpoch, plainRerun, boundPayload, dispEpoch, firstDispatch,
-                   sendDeadline, worldVars, up, targetVars, sendLog, lastSendDL, lateResults,
+                   sendDeadline, worldVars, up, targetVars, sends, sendBad, lastSendDL, lateResults,
                    lateAcks, crashes, temporalVars>>
 
 Checkpoint(w) ==
@@ -388,7 +406,7 @@ Checkpoint(w) ==
             /\ ws' = [ws EXCEPT ![w].pc = "finish", ![w].deadline = now + LeaseTTL]
        ELSE Idle(w) /\ UNCHANGED <<stepRow, rowWrites, leaseExp, ghost>>
     /\ UNCHANGED <<now, wfStatus, wfEpoch, plainRerun, effVars, worldVars, up, targetVars,
-                   sendLog, lastSendDL, lateResults, lateAcks, crashes, temporalVars>>
+                   sends, sendBad, lastSendDL, lateResults, lateAcks, crashes, temporalVars>>
 
 LateResult(w) ==
     /\ At(w, "tcommit") /\ RowFree(w)
@@ -406,7 +424,7 @@ LateResult(w) ==
             /\ UNCHANGED effState
     /\ Idle(w)
     /\ UNCHANGED <<now, wfVars, stepVars, boundPayload, dispEpoch, firstDispatch, sendDeadline,
-                   worldVars, up, targetVars, sendLog, lastSendDL, crashes, ghost,
+                   worldVars, up, targetVars, sends, sendBad, lastSendDL, crashes, ghost,
                    temporalVars>>
 
 -----------------------------------------------------------------------------
@@ -483,7 +501,7 @@ TResolve(w) ==
                  [] ws[w].found -> Resolved(w, "COMMITTED", "recovery-query", "committed")
                  [] ~checksOk -> Resolved(w, "REFUSED", why, "proposed")
                  [] OTHER -> Resend(w, "recovery-reapply")
-    /\ UNCHANGED <<now, wfStatus, wfEpoch, plainRerun, worldVars, up, targetVars, sendLog,
+    /\ UNCHANGED <<now, wfStatus, wfEpoch, plainRerun, worldVars, up, targetVars, sends, sendBad,
                    lastSendDL, lateResults, lateAcks, crashes, temporalVars>>
 
 (* The workflow returns: a fenced write of the terminal status. *)
@@ -495,7 +513,7 @@ Complete(w) ==
        ELSE UNCHANGED <<wfStatus, ghost>>
     /\ Idle(w)
     /\ UNCHANGED <<now, wfEpoch, leaseExp, stepVars, effVars, worldVars, up, targetVars,
-                   sendLog, lastSendDL, lateResults, lateAcks, crashes, temporalVars>>
+                   sends, sendBad, lastSendDL, lateResults, lateAcks, crashes, temporalVars>>
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -517,7 +535,7 @@ TPlain(w) ==
 
 TPick(w) ==
     /\ Temporal /\ At(w, "idle") /\ wfStatus = "running"
-    /\ ~stepRow["effect"] /\ ~cancelReq /\ tHolder = Nobody
+    /\ ~stepRow["effect"] /\ ~cancelReq /\ tHolder = Nobody /\ tAttempt < MaxAttempts
     /\ tAttempt' = tAttempt + 1 /\ tStart' = now /\ tHolder' = w
     /\ ws' = [ws EXCEPT ![w].attempt = tAttempt + 1, ![w].readOk = PremiseNow,
                         ![w].sendBy = now + SendTimeout,
@@ -552,10 +570,10 @@ TSend(w) ==
                                             ELSE PremiseNow,
                               !.afterCancel = cancelReq, !.pastWindow = PastWindow])
     /\ firstDispatch' = IF firstDispatch < 0 THEN now ELSE firstDispatch
-    /\ ws' = [ws EXCEPT ![w].pc = "tawait", ![w].awaitId = Len(sendLog) + 1]
+    /\ ws' = [ws EXCEPT ![w].pc = "tawait", ![w].awaitId = sends + 1]
     /\ UNCHANGED <<now, wfVars, stepVars, effState, boundPayload, dispEpoch, sendDeadline,
                    journal, worldVars, up, ledger, keys, keysPruned, lateResults, lateAcks,
-                   crashes, ghost, temporalVars>>
+                   crashes, temporalVars>>
 
 (* The server accepts a completion only from the current attempt. *)
 TComplete(w) ==
@@ -595,7 +613,7 @@ Crash(w) ==
     /\ up[w] /\ crashes < MaxCrashes
     /\ up' = [up EXCEPT ![w] = FALSE] /\ crashes' = crashes + 1
     /\ Idle(w)
-    /\ UNCHANGED <<now, wfVars, stepVars, effVars, worldVars, targetVars, sendLog, lastSendDL,
+    /\ UNCHANGED <<now, wfVars, stepVars, effVars, worldVars, targetVars, sends, sendBad, lastSendDL,
                    lateResults, lateAcks, ghost, temporalVars>>
 
 Restart(w) ==
@@ -705,10 +723,8 @@ TakeoverOnlyAfterExpiry == ~ghost.earlyTakeover
 AtMostOneCommit == Count("COMMITTED") <= 1
 EffectAtMostOnceTier12 ==
     (Tier \in {1, 2} /\ ~(Tier = 1 /\ ~Queryable /\ keysPruned)) => ledger <= 1
-Tier3NeverResends ==
-    \A i \in DOMAIN sendLog :
-        sendLog[i].resend => ~(Tier = 3 \/ (Tier = 1 /\ ~Queryable /\ sendLog[i].pastWindow))
-NoOverlappingSends == \A i \in DOMAIN sendLog : sendLog[i].prevSendSettled
+Tier3NeverResends == ~sendBad.tier3
+NoOverlappingSends == ~sendBad.overlap
 CommittedImpliesApplied == effState = "committed" => ledger >= 1
 AmbiguousOnlyWhenUnknowable ==
     effState = "ambiguous" =>
@@ -716,16 +732,14 @@ AmbiguousOnlyWhenUnknowable ==
 CurrentDispatcherLive == dispEpoch = wfEpoch /\ wfStatus = "running" /\ leaseExp > now
 EffectCheckpointAtomic ==
     (Interlock /\ effState = "committed" /\ ~stepRow["effect"]) => ~CurrentDispatcherLive
-SendRequiresLiveClaim == \A i \in DOMAIN sendLog : sendLog[i].liveClaim
-NoSendUnderRevokedGrant == \A i \in DOMAIN sendLog : sendLog[i].grantOk
-RevokeLinearizable ==
-    \A i \in DOMAIN sendLog : sendLog[i].afterRevoke => sendLog[i].inRevokeReturned
-NoSendOnStalePremise == \A i \in DOMAIN sendLog : sendLog[i].premiseOk
-PremiseTrueAtSend == \A i \in DOMAIN sendLog : sendLog[i].premiseAtSend
-RecoveryRechecks == \A i \in DOMAIN sendLog : sendLog[i].resend => sendLog[i].recheckOk
-FirstBoundPayload == IF Interlock THEN boundPayload ELSE Payload0
-PayloadBound == \A i \in DOMAIN sendLog : sendLog[i].payload = FirstBoundPayload
-NoSendAfterCancel == \A i \in DOMAIN sendLog : ~sendLog[i].afterCancel
+SendRequiresLiveClaim == ~sendBad.liveClaim
+NoSendUnderRevokedGrant == ~sendBad.grantOk
+RevokeLinearizable == ~sendBad.revoke
+NoSendOnStalePremise == ~sendBad.premiseOk
+PremiseTrueAtSend == ~sendBad.premiseAtSend
+RecoveryRechecks == ~sendBad.recheck
+PayloadBound == ~sendBad.payload
+NoSendAfterCancel == ~sendBad.cancel
 LateResultPreserved == lateResults = lateAcks
 Resolutions == Count("COMMITTED") + Count("AMBIGUOUS")
                + Len(SelectSeq(journal, LAMBDA e : e.kind = "REFUSED"
@@ -744,9 +758,9 @@ EffectResolved ==
 Reach_PlainRecorded == stepRow["plain"]
 Reach_StaleLoad == \E w \in Workers : At(w, "run") /\ stepRow["plain"]
 Reach_Takeover == ghost.tookOver
-Reach_Send == Len(sendLog) >= 1
-Reach_Resend == Len(sendLog) >= 2
-Reach_RecoverySend == \E i \in DOMAIN sendLog : sendLog[i].recovery
+Reach_Send == sends >= 1
+Reach_Resend == sends >= 2
+Reach_RecoverySend == ghost.recoverySent
 Reach_Commit == effState = "committed"
 Reach_LateCommit == HasEntry("COMMITTED", "late-cas")
 Reach_CommitOnQuery == HasEntry("COMMITTED", "recovery-query")

@@ -27,7 +27,7 @@ HEADER = (
 
 RUNTIME_ORDER = ("Workers", "Tier", "Queryable", "MODE", "BROKEN", "PAUSE", "SERVER_SLOW",
                  "Events", "MaxClock", "LeaseTTL", "SendTimeout", "SettleMargin", "DedupAge",
-                 "DedupMargin", "MaxCrashes", "URGENT")  # fmt: skip
+                 "DedupMargin", "MaxCrashes", "MaxAttempts", "URGENT")  # fmt: skip
 
 
 def _tla_value(v) -> str:

@@ -11,7 +11,7 @@ Witnesses ==
     /\ WitnessNote(3, "Reach_Takeover", Reach_Takeover)
     /\ WitnessNote(4, "Reach_Commit", Reach_Commit)
     /\ WitnessNote(5, "Reach_LateCommit", Reach_LateCommit)
-    /\ WitnessNote(6, "Reach_Resend", Reach_Resend)
+    /\ WitnessNote(6, "Reach_RecoverySend", Reach_RecoverySend)
     /\ WitnessNote(7, "Reach_CommitOnQuery", Reach_CommitOnQuery)
     /\ WitnessNote(8, "Reach_Send", Reach_Send)
     /\ WitnessNote(9, "Reach_RefusedLease", Reach_RefusedLease)

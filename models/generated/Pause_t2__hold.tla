@@ -12,7 +12,7 @@ Witnesses ==
     /\ WitnessNote(4, "Reach_Commit", Reach_Commit)
     /\ WitnessNote(5, "Reach_LateCommit", Reach_LateCommit)
     /\ WitnessNote(6, "Reach_CommitOnQuery", Reach_CommitOnQuery)
-    /\ WitnessNote(7, "Reach_Resend", Reach_Resend)
+    /\ WitnessNote(7, "Reach_RecoverySend", Reach_RecoverySend)
     /\ WitnessNote(8, "Reach_Send", Reach_Send)
     /\ WitnessNote(9, "Reach_LateResult", Reach_LateResult)
 
