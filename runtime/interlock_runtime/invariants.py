@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -39,7 +40,18 @@ class Evidence:
     ledger: list[dict] | None = None  # target refunds: {key, amount, source, ...}
     access_log: list[dict] | None = None  # target requests: {key, method, path, arrival, end, ...}
     events: list[dict] | None = None  # worker events: {event, ts, wf, epoch, seq, ...}
+    # The world as read just before the database snapshot (see snapshot()); by default the
+    # same as above. "The record implies the world" checks use the later reading, "the world
+    # implies the record" checks the earlier one, so a live run gives no false alarms.
+    ledger_before: list[dict] | None = None
+    access_log_before: list[dict] | None = None
     _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.ledger_before is None:
+            self.ledger_before = self.ledger
+        if self.access_log_before is None:
+            self.access_log_before = self.access_log
 
     def rows(self, sql: str) -> list[dict]:
         if sql not in self._cache:
@@ -78,17 +90,19 @@ class Evidence:
     def grants(self) -> dict[str, dict]:
         return {g["id"]: g for g in self.rows("select * from ilr.grants")}
 
-    def posts(self) -> dict[str, list[dict]]:
+    def posts(self, before: bool = False) -> dict[str, list[dict]]:
         """Refund requests that reached the target, by effect key, in arrival order."""
         out: dict[str, list[dict]] = defaultdict(list)
-        for r in sorted(self.need("access_log"), key=lambda r: r["arrival"]):
+        log = self.need("access_log_before" if before else "access_log")
+        for r in sorted(log, key=lambda r: r["arrival"]):
             if r["method"] == "POST" and r["path"].rstrip("/").endswith("refunds") and r.get("key"):
                 out[r["key"]].append(r)
         return out
 
-    def applied(self) -> Counter:
+    def applied(self, before: bool = False) -> Counter:
         """How many times the target applied each effect (the ledger is ground truth)."""
-        return Counter(r["key"] for r in self.need("ledger") if r.get("key"))
+        ledger = self.need("ledger_before" if before else "ledger")
+        return Counter(r["key"] for r in ledger if r.get("key"))
 
 
 def _ts(value: datetime) -> float:
@@ -362,21 +376,23 @@ def receipt_chain_linear(ev: Evidence) -> list[str]:
 
 
 def receipt_truthful(ev: Evidence) -> list[str]:
-    applied, effects, out = ev.applied(), ev.effects(), []
+    # happened=True must be in the later ledger; happened=False must hold in the earlier one.
+    applied, applied_before, effects, out = ev.applied(), ev.applied(before=True), ev.effects(), []
     for eid, entries in ev.entries().items():
         eff = effects[eid]
         v = receipts.verify(
             receipts.bundle(entries, eid, None, eff["late_result"], eff["reconciled"])
         )
-        truth = applied[eid] > 0
         if eff["state"] in ("ambiguous", "dispatched"):
             if v["happened"] != "unknown" and not (v["happened"] is True and eff["late_result"]):
                 out.append(
                     f"{eid}: verify() says happened={v['happened']} for an open/ambiguous effect"
                 )
-        elif v["happened"] is not truth:
-            out.append(f"{eid}: verify() says happened={v['happened']}, the ledger says {truth}")
-        if v["happened"] is True and truth and applied[eid] > 1 and v["happened_once"]:
+        elif v["happened"] is True and applied[eid] == 0:
+            out.append(f"{eid}: verify() says it happened, the ledger has no application")
+        elif v["happened"] is False and applied_before[eid] > 0:
+            out.append(f"{eid}: verify() says it did not happen, the ledger has it")
+        if v["happened"] is True and applied[eid] > 1 and v["happened_once"]:
             if not _effective_tier3(eff, entries):
                 out.append(f"{eid}: verify() says happened once, the ledger shows {applied[eid]}")
     return out
@@ -497,6 +513,24 @@ INVARIANTS: dict[str, Check] = {
     "NonDeterminismLoud": non_determinism_loud,
     "ForkNeverResends": fork_never_resends,
 }
+
+
+@contextmanager
+def snapshot(conn: psycopg.Connection, read_world: Callable[[], tuple[list, list]] | None = None,
+             events: list[dict] | None = None) -> Iterator[Evidence]:  # fmt: skip
+    """Evidence of a live run: the world (ledger, access log) read just before and just after a
+    repeatable-read database snapshot, so that no check compares a newer record with an older
+    world or the reverse."""
+    ledger0, log0 = read_world() if read_world else (None, None)
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    try:
+        with conn.transaction():
+            conn.execute("select 1")  # the snapshot is taken at the first statement
+            ledger1, log1 = read_world() if read_world else (None, None)
+            yield Evidence(conn, ledger=ledger1, access_log=log1, events=events,
+                           ledger_before=ledger0, access_log_before=log0)  # fmt: skip
+    finally:
+        conn.isolation_level = None
 
 
 def check_all(ev: Evidence, names: list[str] | None = None) -> dict[str, list[str] | str]:

@@ -85,6 +85,11 @@ class Worker:
         self._active_lock = threading.Lock()
         self._slot_freed = threading.Event()
         self._local = threading.local()
+        # A worker paused (SIGSTOP, a VM freeze) inside a transaction would hold its row locks,
+        # and claims skip locked rows: the workflow could not be taken over while the zombie
+        # sleeps. The server aborts such a transaction once it is idle for a lease.
+        idle_ms = max(1000, int(lease_ttl * 1000))
+        self._session_options = f"-c idle_in_transaction_session_timeout={idle_ms}"
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -229,7 +234,7 @@ class Worker:
     def _connection(self) -> psycopg.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
-            conn = self._local.conn = db.connect(self.dsn)
+            conn = self._local.conn = db.connect(self.dsn, options=self._session_options)
         return conn
 
     def _execute(self, run: Run) -> None:

@@ -173,6 +173,7 @@ EXPECTED = {
 }
 
 FIELDS = {
+    "verified",
     "valid",
     "tamper_evident",
     "signed",
