@@ -44,6 +44,10 @@ conformance: setup pg-start
 prove: setup pg-start
 	$(BIN)/python -m prove
 
+# Runtime vs DBOS, Absurd and the Temporal dev server in one run: results/bench.md and .json.
+bench: setup pg-start
+	$(BIN)/python -m prove.bench
+
 clean:
 	-$(BIN)/interlock pg stop
 	rm -rf .data $(VENV) .pytest_cache .ruff_cache .hypothesis
