@@ -36,6 +36,7 @@ format: setup
 
 test: setup pg-start lint
 	$(BIN)/python -m pytest
+	$(MAKE) --no-print-directory tlc-quick
 
 # The conformance suite alone; LONG=1 runs the Hypothesis state machine far longer.
 conformance: setup pg-start
