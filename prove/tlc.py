@@ -548,9 +548,14 @@ def rejudge(cat, results: list[dict]) -> None:
     of a prediction, with its reason in the catalog); outcomes are TLC's and stay as they are."""
     for r in results:
         cfg = cat.config(r["name"])
+        reached = {w for w, e in r["witnesses"].items() if e["reached"]}
         for name, e in r["invariants"].items():
             if not cfg.broken:
                 e["predicted"] = cat.predict(name, cfg)
+            if e["outcome"] in ("hold", "hold (vacuous)") and not cfg.broken:
+                wit = [w for w in cat.invariants[name].witnesses if w in reached]
+                e["witnesses_reached"] = wit
+                e["outcome"] = "hold" if wit else "hold (vacuous)"
             e["agree"] = e["outcome"] == e["predicted"]
         for w, e in r["witnesses"].items():
             e["predicted"] = cat.predict(w, cfg)
@@ -566,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heap", default=os.environ.get("TLC_HEAP", "3g"))
     ap.add_argument("--timeout", type=int, default=int(os.environ.get("TLC_TIMEOUT", "2400")))
     ap.add_argument("--no-write", dest="write", action="store_false", default=None)
+    ap.add_argument("--merge", action="store_true",
+                    help="with --only: replace those configs in results/runtime_tlc.json")  # fmt: skip
     ap.add_argument("--report-only", action="store_true",
                     help="re-render results/runtime_tlc.md from results/runtime_tlc.json")  # fmt: skip
     opts = ap.parse_args(argv)
@@ -579,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tlc: report re-rendered, {len(dis)} disagreement(s)")
         return 1 if dis else 0
     if opts.write is None:
-        opts.write = not opts.quick and not opts.only
+        opts.write = not opts.quick and (not opts.only or opts.merge)
     try:
         cat = catalog_mod.load()
     except catalog_mod.CatalogError as e:
@@ -596,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
         configs = [c for c in configs if c.name in opts.only]
     if opts.write:
         gen_cfg.generate(cat)  # every .cfg of the matrix, fresh
+    previous = None
+    if opts.merge:
+        previous = json.loads((RESULTS / "runtime_tlc.json").read_text())
     scratch = None if opts.write else tempfile.TemporaryDirectory(prefix="tlc-cfg-")
     outdir = gen_cfg.GENERATED if scratch is None else Path(scratch.name)
     log(f"tlc: {len(configs)} configs, {opts.jobs} at a time, {opts.workers} worker(s) each")
@@ -612,6 +622,17 @@ def main(argv: list[str] | None = None) -> int:
     if scratch is not None:
         scratch.cleanup()
     wall = time.monotonic() - t0
+    if previous is not None:
+        fresh = {r["name"]: r for r in results}
+        old = {r["name"]: r for r in previous["configs"]}
+        results = [
+            fresh.get(c.name) or old[c.name]
+            for c in cat.configs
+            if c.name in fresh or c.name in old
+        ]
+        rejudge(cat, results)
+        wall = previous["wall_seconds"]
+        previous = {"merged_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     if opts.write:
         write_report(cat, results, wall, opts)
         if TRACES.exists():
