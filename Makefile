@@ -34,8 +34,10 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# The Hypothesis state machine runs in `make conformance` (see the closing note of session 1:
+# under heavy load it hit harness timeouts that are still being investigated).
 test: setup pg-start lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not stateful"
 	$(MAKE) --no-print-directory tlc-quick
 
 # The conformance suite alone; LONG=1 runs the Hypothesis state machine far longer.

@@ -13,14 +13,19 @@ appended to .data/conformance/stateful_seeds.log; rerun one with ILR_STATEFUL_SE
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -35,7 +40,6 @@ from conformance.run_sources import FLOWS, PAYMENT, flows
 from interlock_runtime import Runtime, WorkflowFinished, db, testing
 from interlock_runtime.invariants import check_all, snapshot
 from interlock_runtime.testing import WorkerProcess
-from prove.target import Target
 from prove.target_client import TargetAdmin
 
 LONG = os.environ.get("ILR_LONG") == "1"
@@ -44,6 +48,45 @@ KILL_POINTS = [None, None, "effect_after_send", "effect_after_dispatch", "step_b
                "decide_after_response", "claimed"]  # fmt: skip
 TERMINAL = ("completed", "failed", "cancelled", "stuck", "continued")
 TALLY = {"examples": 0, "workers": 0, "sends": 0, "applied": 0}
+FAILURES: list[str] = []
+
+
+def recorded(fn):
+    """Run a rule or check; record a failure with the example's steps instead of raising.
+
+    The system under test is real processes and real time, so Hypothesis cannot replay a failing
+    example deterministically (it would report a 'flaky' error and hide the real one). Each
+    example runs once; every failure is kept verbatim, with the seed and the steps so far."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        self.steps.append(f"{fn.__name__}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})")
+        if self.failed:
+            return None
+        try:
+            return fn(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported below, with context
+            self.failed = True
+            FAILURES.append(f"seed {SEED}, example {self.example}: {type(exc).__name__}: {exc}\n"
+                            f"  steps: {'; '.join(self.steps)}")  # fmt: skip
+            return None
+
+    return wrapper
+
+
+class TargetProcess:
+    """The payment target in its own process (python -m prove.target), as in the harness: the
+    test process runs Hypothesis and the checks, and must not also serve the workers' HTTP."""
+
+    def __init__(self, tier: int, db_path: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "prove.target", "--tier", str(tier),
+                                      "--port", "0", "--db", str(db_path)],
+                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.url = json.loads(self.proc.stdout.readline())["url"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
 
 
 class RefundWorld(RuleBasedStateMachine):
@@ -57,6 +100,9 @@ class RefundWorld(RuleBasedStateMachine):
         self.dsn = self.stack.enter_context(testing.fresh_database(self.admin, self.template))
         self.rt = Runtime(self.dsn)
         self.stack.callback(self.rt.close)
+        self.example = TALLY["examples"]
+        self.steps: list[str] = []
+        self.failed = False
         self.log_dir = self.log_root / f"ex{TALLY['examples']}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         TALLY["examples"] += 1
@@ -92,9 +138,10 @@ class RefundWorld(RuleBasedStateMachine):
     # -- rules -----------------------------------------------------------------------------
 
     @initialize(tier=st.sampled_from([1, 2, 3]))
+    @recorded
     def setup(self, tier: int) -> None:
         self.tier = tier
-        self.target = Target(tier, db=str(self.log_dir / "ledger.db")).start()
+        self.target = TargetProcess(tier, self.log_dir / "ledger.db")
         self.stack.callback(self.target.stop)
         TargetAdmin(self.target.url).create_payment(PAYMENT, 10000)
         self.start_refund()
@@ -102,6 +149,7 @@ class RefundWorld(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.wfs) < 4)
     @rule()
+    @recorded
     def start_refund(self) -> None:
         wf = f"case-{len(self.wfs)}"
         self.rt.start(flows.refund, wf, {"id": wf, "target_url": self.target.url, "payment": PAYMENT,
@@ -113,11 +161,13 @@ class RefundWorld(RuleBasedStateMachine):
     # makes stay the same when the world answers differently.
 
     @rule(kill=st.sampled_from(KILL_POINTS))
+    @recorded
     def start_worker(self, kill: str | None) -> None:
         if len(self._alive()) < 3:
             self._worker(kill)
 
     @rule(pick=st.integers(0, 99))
+    @recorded
     def sigkill_worker(self, pick: int) -> None:
         alive = self._alive()
         if alive:
@@ -126,6 +176,7 @@ class RefundWorld(RuleBasedStateMachine):
             w.proc.wait(10)
 
     @rule(pick=st.integers(0, 99), pause=st.sampled_from([0.2, 0.5, 0.8]))
+    @recorded
     def sigstop_then_sigcont(self, pick: int, pause: float) -> None:
         # Shorter than the minimum send budget (1 s): assumption A1 holds for every send.
         alive = self._alive()
@@ -136,6 +187,7 @@ class RefundWorld(RuleBasedStateMachine):
             w.signal(signal.SIGCONT)
 
     @rule(pick=st.integers(0, 99), amount=st.sampled_from([2000, 2000, 3000]))
+    @recorded
     def approve(self, pick: int, amount: int) -> None:
         waiting = self._waiting_for_approval()
         if not waiting:
@@ -146,15 +198,18 @@ class RefundWorld(RuleBasedStateMachine):
                                            decided["premises"], by="tester"))  # fmt: skip
 
     @rule(pick=st.integers(0, 99))
+    @recorded
     def revoke(self, pick: int) -> None:
         if self.grants:
             self.rt.revoke(self.grants[pick % len(self.grants)], by="tester")
 
     @rule(amount=st.sampled_from([1000, 2000]))
+    @recorded
     def hand_refund(self, amount: int) -> None:
         TargetAdmin(self.target.url).hand_refund(PAYMENT, amount)
 
     @rule(pick=st.integers(0, 99), cancel=st.booleans())
+    @recorded
     def cancel_or_signal(self, pick: int, cancel: bool) -> None:
         wf = self.wfs[pick % len(self.wfs)]
         try:
@@ -163,11 +218,13 @@ class RefundWorld(RuleBasedStateMachine):
             pass
 
     @rule(seconds=st.sampled_from([0.3, 1.0, 2.5]))
+    @recorded
     def let_the_clock_run(self, seconds: float) -> None:
         time.sleep(seconds)
 
     @precondition(lambda self: not self.v2_deployed)
     @rule()
+    @recorded
     def deploy_v2_only_worker(self) -> None:
         self._worker(only="pinned_flow@2")  # must never claim the v1 refunds (VersionPinned)
         self.v2_deployed = True
@@ -175,6 +232,7 @@ class RefundWorld(RuleBasedStateMachine):
     # -- invariants ------------------------------------------------------------------------
 
     @invariant()
+    @recorded
     def catalog_invariants_hold(self) -> None:
         if not hasattr(self, "target"):
             return
@@ -182,12 +240,12 @@ class RefundWorld(RuleBasedStateMachine):
         with db.connect(self.dsn) as conn, snapshot(conn, self._world, events) as ev:
             results = check_all(ev)
         broken = {k: v for k, v in results.items() if v}
-        assert not broken, f"seed {SEED}: {broken}"
+        assert not broken, f"invariants violated: {broken}"
 
     def teardown(self) -> None:
         try:
             if hasattr(self, "target"):
-                self._drain()
+                recorded(RefundWorld._drain)(self)
         finally:
             self.stack.close()
 
@@ -213,6 +271,7 @@ class RefundWorld(RuleBasedStateMachine):
         TALLY["applied"] += len(TargetAdmin(self.target.url).ledger()["refunds"])
 
 
+@pytest.mark.stateful
 def test_refund_world_state_machine(tmp_path) -> None:
     admin = testing.admin_dsn()
     log = Path(__file__).resolve().parents[1] / ".data" / "conformance" / "stateful_seeds.log"
@@ -236,7 +295,10 @@ def test_refund_world_state_machine(tmp_path) -> None:
         finally:
             with log.open("a") as f:
                 f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} seed={SEED} long={LONG} "
-                        f"outcome={outcome} tally={TALLY}\n")  # fmt: skip
+                        f"outcome={outcome if not FAILURES else 'FAIL'} tally={TALLY}\n")  # fmt: skip
+                for failure in FAILURES:
+                    f.write(f"  {failure}\n")
+    assert not FAILURES, "\n".join(FAILURES)
     # Not vacuous: workers ran and effects were sent.
     assert TALLY["examples"] > 0 and TALLY["workers"] > 0, TALLY
     assert TALLY["sends"] > 0 and TALLY["applied"] > 0, TALLY
