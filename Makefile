@@ -38,7 +38,7 @@ format: setup
 # under heavy load it hit harness timeouts that are still being investigated).
 test: setup pg-start lint
 	$(BIN)/python -m pytest -m "not stateful"
-	$(MAKE) --no-print-directory tlc-quick
+	$(MAKE) --no-print-directory tlc-quick TLC_JOBS=1
 
 # The conformance suite alone; LONG=1 runs the Hypothesis state machine far longer.
 conformance: setup pg-start
