@@ -41,6 +41,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from prove.http_service import serve_in_thread, shut_down
+
 MODEL = "claude-haiku-4-5-20251001"
 FIRST_AMOUNT = 2000
 REDECIDE_AMOUNT = 3000
@@ -303,20 +305,12 @@ class ModelStub:
         self._http.stub = self
         self.port = self._http.server_address[1]
         self.url = f"http://{self.host}:{self.port}"
-        self._thread = threading.Thread(
-            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(self._http)
         return self
 
     def stop(self) -> None:
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        shut_down(self._http, self._thread)
+        self._http = self._thread = None
 
     def __enter__(self) -> ModelStub:
         return self.start()

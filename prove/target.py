@@ -74,6 +74,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlsplit
 
+from prove.http_service import serve_in_thread, shut_down
+
 EMULATED = {
     "prune_keys": "EMULATED: POST /admin/prune_keys forgets stored idempotency keys at once, "
     "standing in for Stripe pruning keys after 24 h",
@@ -650,20 +652,12 @@ class Target:
         self._http.target = self
         self.port = self._http.server_address[1]
         self.url = f"http://{self.host}:{self.port}"
-        self._thread = threading.Thread(
-            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(self._http)
         return self
 
     def stop(self) -> None:
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        shut_down(self._http, self._thread)
+        self._http = self._thread = None
 
     def close(self, drain: float = 3.0) -> None:
         """Stop serving, let requests in progress finish (up to ``drain`` seconds), close the
