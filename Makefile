@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test lint format prove tlc conformance bench report pg-start pg-stop pg-status clean
+.PHONY: setup test lint format prove tlc conformance bench soak pg-start pg-stop pg-status clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ prove: setup pg-start
 # Runtime vs DBOS, Absurd and the Temporal dev server in one run: results/bench.md and .json.
 bench: setup pg-start
 	$(BIN)/python -m prove.bench
+
+# Chaos soak (not in make test): refund workflows under random SIGKILLs, revokes, hand refunds
+# and cancels; writes results/soak.md and results/soak.json. SOAK_ARGS passes options through.
+soak: setup pg-start
+	$(BIN)/python -m prove.soak $(SOAK_ARGS)
 
 clean:
 	-$(BIN)/interlock pg stop
