@@ -1,0 +1,878 @@
+"""Model-based trace replay (issue 6, DESIGN D): TLC behaviours replayed on the real runtime.
+
+A TLC trace (results/tlc_traces/*.json: broken-config and baseline counterexamples;
+conformance/sim_traces/*.json: seeded random behaviours of the correct model) is translated
+action by action into a real schedule, and a driver replays it against real Postgres, real
+worker subprocesses and the real local target (in its own process):
+
+- the model's workers are worker processes; which one acted is read from the state diff;
+- a worker that must stand still while something else happens is SIGSTOPped at the
+  instrumented point of its program counter (ILR_STOP_AT, spec 2.2) and SIGCONTed when the
+  trace moves it again; Crash = SIGKILL there; Restart = a new process;
+- a request that stays on the wire (Send ... Progress) is held by the target's service delay
+  for the ticks between them (capped by A2 unless the config lifts it); Progress waits for it;
+- Tick = real time: the model clock is aligned to the wall clock at TICK seconds per tick,
+  and lease, send timeout, settle margin and the tier-1 window are the model constants x TICK;
+- Revoke = rt.revoke, HandRefund = a refund at the target by hand, Cancel = rt.cancel,
+  PruneKeys = the target's key pruning (EMULATED), Redecide = the workflow's next offer becomes
+  3000 (the payload is read outside any step, as a re-decision would produce it);
+- the Temporal baselines' actions map to the runtime's nearest (TPick = a claim, TRead = the
+  premise read, TSend = dispatch and send, TTimeout = nothing: the runtime has no server-side
+  attempt timeout, the next claim waits for the lease).
+
+Where a model position has no instrumented point, the nearest one is used and the schedule
+says so (`notes`). An action this module does not know raises UnknownAction: a new model
+action must be mapped, never skipped. After the schedule the world runs freely to a settled
+state and every catalog invariant of layer C (invariants.check_all) is checked on the evidence.
+
+    python -m conformance.trace_replay --report [--all]   # results/trace_replay.{md,json}
+    python -m conformance.trace_replay results/tlc_traces/X.json   # one replay, printed
+
+Workers serve the two flows below (`--module conformance.trace_replay`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interlock_runtime import workflow
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO / "results" / "tlc_traces"
+SIM_TRACES = Path(__file__).resolve().parent / "sim_traces"
+# Seconds per model tick. The runtime refuses to start a send with less than 1 s of budget
+# (effects.MIN_SEND_BUDGET), and SendTimeout is 1 tick, so a tick must exceed 1 s.
+TICK = float(os.environ.get("ILR_REPLAY_TICK", "1.3"))
+PAYMENT = "pay_replay"
+CENTS = 100  # model amounts (20, 30; hand refunds 10, 20) are in units of 100 cents
+
+
+class UnknownAction(Exception):
+    """The trace holds an action this translator has no mapping for."""
+
+
+# ------------------------------------------------------------------ flows served by workers
+@workflow(name="replay_refund", version="1")
+def replay_refund(ctx, case):
+    """The model's workflow: one plain step, then one gated effect under a policy grant of
+    max 2000 cents (the model's Payload0; a redecided 3000 is not covered)."""
+    from prove.target_client import LocalRefunds
+
+    target = LocalRefunds(case["target_url"], PAYMENT, case["tier"],
+                          send_timeout=case["send_timeout"], settle_margin=case["settle_margin"],
+                          queryable=case["queryable"], dedup_window=case["dedup_window"])  # fmt: skip
+    target.dedup_margin = case["dedup_margin"]  # the runtime reads it (C2 check, spec 5.7)
+    ctx.step("capture", target.capture)
+    # Not a step on purpose: Redecide changes what a later call offers.
+    amount = json.loads(Path(case["offer_file"]).read_text())["amount"]
+    premises = {"payment": PAYMENT, "eligible": True, "refunded_by_others": 0}
+    r = ctx.effect(target, key=f"refund:{case['id']}", payload={"payment": PAYMENT,
+                   "amount": amount}, premises=premises, grant=case["grant"])  # fmt: skip
+    return {"status": r.status, "effect_id": r.effect_id}
+
+
+@workflow(name="replay_signals", version="1")
+def replay_signals(ctx, case):
+    """models/Signals.tla: wait_signal, sleep, wait_signal."""
+    first = ctx.wait_signal("approve")
+    ctx.sleep(case["sleep"])
+    second = ctx.wait_signal("approve")
+    return {"signals": [first, second]}
+
+
+# ------------------------------------------------------------------ traces
+def _const(text: str) -> Any:
+    t = str(text).strip()
+    if t in ("TRUE", "FALSE"):
+        return t == "TRUE"
+    if t.startswith('"'):
+        return json.loads(t)
+    if t.startswith("{"):
+        return [json.loads(x) if x.strip().startswith('"') else x.strip()
+                for x in t[1:-1].split(",") if x.strip()]  # fmt: skip
+    try:
+        return int(t)
+    except ValueError:
+        return t
+
+
+@dataclass
+class Trace:
+    name: str
+    path: Path
+    config: str
+    invariant: str | None
+    kind: str
+    consts: dict[str, Any]
+    states: list[dict]
+    seed: int | None = None
+
+    @property
+    def spec(self) -> str:
+        return "Signals" if "SleepFor" in self.consts else "Runtime"
+
+    @property
+    def mode(self) -> str:
+        return self.consts.get("MODE", "interlock")
+
+    @property
+    def category(self) -> str:
+        if self.kind == "simulation":
+            return "simulated"
+        if self.config.startswith("Broken_"):
+            return "broken"
+        if self.mode != "interlock":
+            return "temporal"
+        return "assumption"  # a correct config whose assumption (A1, A2, A3) or clock is lifted
+
+
+def load_trace(path: Path | str) -> Trace:
+    path = Path(path)
+    d = json.loads(path.read_text())
+    return Trace(path.stem, path, d["config"], d.get("invariant"), d.get("kind", "safety"),
+                 {k: _const(v) for k, v in d["constants"].items()}, d["states"],
+                 d.get("seed"))  # fmt: skip
+
+
+def trace_paths(kind: str) -> list[Path]:
+    base = SIM_TRACES if kind == "simulated" else TRACES
+    paths = sorted(base.glob("*.json"))
+    if kind == "simulated":
+        return paths
+    return [p for p in paths if load_trace(p).category == kind]
+
+
+# ------------------------------------------------------------------ translation
+WORKER_ACTIONS = {"Claim", "Load", "StartPlain", "LocalExpire", "RecordPlain", "ReadPremises",
+                  "DispatchBegin", "DispatchCommit", "Send", "SendExpire", "TCommit",
+                  "Checkpoint", "LateResult", "RecoverRead", "TResolve", "Complete",
+                  "Frontier_"}  # fmt: skip
+TEMPORAL_ACTIONS = {"TPlain", "TPick", "TRead", "TSend", "TComplete", "TGiveUp", "TTimeout",
+                    "TFinish"}  # fmt: skip
+WORLD_ACTIONS = {"Revoke", "HandRefund", "Cancel", "PruneKeys", "Redecide", "Crash", "Restart",
+                 "Tick", "SignalBegin", "SignalCommit", "Signal"}  # fmt: skip
+# TLC labels a step of `\E r \in wire : Process(r)` (the target handles a request) with the
+# enclosing disjunct's name, Progress.
+TARGET_ACTIONS = {"Progress"}
+KNOWN = WORKER_ACTIONS | TEMPORAL_ACTIONS | WORLD_ACTIONS | TARGET_ACTIONS
+
+# The instrumented point a worker passes on entering a program counter (Runtime.tla's pcs).
+ENTRY_POINT = {"load": "claimed", "plain": "step_before_record", "dbegin": "effect_before_dispatch",
+               "ckpt": "effect_after_commit"}  # fmt: skip
+
+
+@dataclass
+class Op:
+    kind: str  # run | crash | restart | tick | revoke | hand_refund | cancel | prune |
+    #            redecide | process | signal_begin | signal_commit | signal | none
+    index: int  # the trace state this op realizes
+    action: str
+    worker: str | None = None
+    pause: str | None = None  # run: the instrumented point to stop at afterwards ("target":
+    #                           held at the target; None: runs on)
+    arg: Any = None
+    note: str = ""
+
+
+@dataclass
+class Schedule:
+    trace: Trace
+    ops: list[Op]
+    workers: list[str]
+    holds: dict[int, float]  # send id -> seconds the target holds that request
+    stop_plans: dict[tuple[str, int], list[str]]  # (worker, incarnation) -> ILR_STOP_AT items
+    notes: list[str] = field(default_factory=list)
+    good_send: bool = False  # the model sends with every send check passing
+
+    def actions(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.trace.states[1:]:
+            out[s["action"]] = out.get(s["action"], 0) + 1
+        return out
+
+
+def _per_worker_changed(s0: dict, s1: dict, workers: list[str]) -> list[str]:
+    out = []
+    for w in workers:
+        for key, v in s1.items():
+            if isinstance(v, dict) and w in v and s0.get(key, {}).get(w) != v[w]:
+                out.append(w)
+                break
+    return out
+
+
+def _pc(state: dict, w: str) -> str:
+    if "ws" in state:
+        return state["ws"][w]["pc"]
+    return state.get("pc", {}).get(w, "idle")
+
+
+def _pause_point(trace: Trace, pc: str, prev: str, via: str) -> tuple[str | None, str]:
+    """Where a worker at `pc` (reached by action `prev`) is stopped, and a note when the
+    position has no instrumented point of its own."""
+    if trace.spec == "Signals":
+        if prev == "Claim":
+            return "claimed", ""
+        if prev == "Frontier_":
+            return "wait_after_suspend", "nearest: after the suspend commits"
+        return None, ""
+    if pc in ("idle",):
+        return None, ""
+    if pc == "load":
+        return "claimed", ""
+    if pc == "run":
+        return "claimed", ("nearest: the stale step-row load (C1) cannot be held by a point; "
+                           "stopped right after the claim, before the load")  # fmt: skip
+    if pc == "plain":
+        return "step_before_record", ""
+    if pc == "effect":
+        if prev == "RecordPlain":
+            return "step_after_record", ""
+        if prev in ("Load", "Claim"):
+            return "claimed", "nearest: stopped after the claim (the load found the plain row)"
+        return None, f"no point after {prev} at pc effect: runs on"
+    if pc in ("dbegin", "dcommit"):
+        note = "" if pc == "dbegin" else ("nearest: T_dispatch cannot be held open by a point; "
+                                          "stopped before it begins")  # fmt: skip
+        return "effect_before_dispatch", note
+    if pc == "send":
+        return ("resolve_after_commit" if prev == "TResolve" else "effect_after_dispatch"), ""
+    if pc == "await":
+        return "target", ""
+    if pc == "tcommit":
+        return ("effect_after_send" if via == "send" else "resolve_after_send"), ""
+    if pc in ("ckpt", "finish"):
+        if prev in ("TCommit", "Checkpoint"):
+            return "effect_after_commit", ("nearest: T_commit writes the step row too"
+                                           if pc == "ckpt" else "")  # fmt: skip
+        return None, f"no point after {prev} at pc {pc}: runs on"
+    if pc in ("recover", "resolve"):
+        return None, f"no point at pc {pc} (between the recovery read and T_resolve): runs on"
+    raise UnknownAction(f"{trace.name}: no mapping for program counter {pc!r}")
+
+
+def translate(trace: Trace) -> Schedule:
+    """The real schedule of a trace. Raises UnknownAction for an unmapped action."""
+    states = trace.states
+    workers = sorted(states[0]["vars"].get("up", {}).keys()) or ["w1", "w2"]
+    notes: list[str] = []
+    raw: list[Op] = []
+    sends_at: dict[int, int] = {}  # send id -> state index of the send
+    processed_at: dict[int, int] = {}
+    holder: str | None = None
+    temporal = trace.mode != "interlock"
+    for i in range(1, len(states)):
+        s0, s1, action = states[i - 1]["vars"], states[i]["vars"], states[i]["action"]
+        if action not in KNOWN:
+            raise UnknownAction(f"{trace.name} state {i}: model action {action!r} has no real "
+                                "counterpart in conformance/trace_replay.py")  # fmt: skip
+        changed = _per_worker_changed(s0, s1, workers)
+        if s1.get("sends", 0) > s0.get("sends", 0):
+            sends_at[s1["sends"]] = i
+        if action == "Progress":
+            gone = {r["id"] for r in s0["wire"]["set"]} - {r["id"] for r in s1["wire"]["set"]}
+            for rid in gone:
+                processed_at[rid] = i
+            raw.append(Op("process", i, action, arg=min(gone) if gone else None))
+            continue
+        if action == "Tick":
+            raw.append(Op("tick", i, action, arg=s1["now"]))
+            continue
+        if action == "Crash":
+            raw.append(Op("crash", i, action, worker=changed[0]))
+            continue
+        if action == "Restart":
+            raw.append(Op("restart", i, action, worker=changed[0]))
+            continue
+        if action in ("Revoke", "Cancel", "PruneKeys", "Redecide", "Signal", "SignalBegin",
+                      "SignalCommit"):  # fmt: skip
+            kind = {"Revoke": "revoke", "Cancel": "cancel", "PruneKeys": "prune",
+                    "Redecide": "redecide", "Signal": "signal", "SignalBegin": "signal_begin",
+                    "SignalCommit": "signal_commit"}[action]  # fmt: skip
+            raw.append(Op(kind, i, action))
+            continue
+        if action == "HandRefund":
+            raw.append(Op("hand_refund", i, action, arg=s1["handRefund"] * CENTS))
+            continue
+        if action in ("TTimeout", "TFinish"):
+            raw.append(Op("none", i, action, note="the runtime has no server-side attempt "
+                          "timeout; the next claim waits for the lease" if action == "TTimeout"
+                          else "the holder completes the workflow on its own"))  # fmt: skip
+            continue
+        # a worker's own step
+        if temporal:
+            w, pc, prev = _temporal_step(trace, i, action, changed, workers, holder)
+            if action in ("TPlain", "TPick"):
+                if action == "TPick" and w == holder:
+                    raw.append(Op("none", i, action, note="the attempt runs on the claim held"))
+                    continue
+                holder = w
+            raw.append(Op("run", i, action, worker=w, arg=(pc, prev, "send")))
+            continue
+        if not changed:
+            raise UnknownAction(f"{trace.name} state {i}: cannot tell which worker did {action}")
+        w = changed[0]
+        via = s1["ws"][w]["via"] if "ws" in s1 else "send"
+        raw.append(Op("run", i, action, worker=w, arg=(_pc(s1, w), action, via)))
+
+    # Pauses: a worker stops where it is whenever something else happens before its next step.
+    ops: list[Op] = []
+    for k, op in enumerate(raw):
+        if op.kind != "run":
+            ops.append(op)
+            continue
+        nxt = next((o for o in raw[k + 1 :] if o.kind != "none"), None)
+        if nxt is not None and nxt.kind == "run" and nxt.worker == op.worker:
+            continue  # the worker goes on by itself: the steps merge
+        if nxt is None:
+            ops.append(op)  # the trace ends: everything runs on
+            continue
+        pc, prev, via = op.arg
+        point, note = _pause_point(trace, pc, prev, via)
+        op.pause = point
+        op.note = note
+        if note:
+            notes.append(f"state {op.index} ({op.action}, {op.worker} at {pc}): {note}")
+        ops.append(op)
+
+    # Stop plans per incarnation: the nth hit of a point in that process.
+    stop_plans: dict[tuple[str, int], list[str]] = {}
+    inc = {w: 0 for w in workers}
+    hits: dict[tuple[str, int], dict[str, int]] = {}
+    for op in ops:
+        if op.kind == "restart":
+            inc[op.worker] += 1
+        if op.kind != "run":
+            continue
+        key = (op.worker, inc[op.worker])
+        h = hits.setdefault(key, {})
+        for j in range(_prev_run_index(ops, op), op.index + 1):
+            a = states[j]["action"] if j > 0 else "Init"
+            if j == 0 or a not in WORKER_ACTIONS | TEMPORAL_ACTIONS:
+                continue
+            p = _entered_point(trace, states, j, op.worker)
+            if p:
+                h[p] = h.get(p, 0) + 1
+        if op.pause and op.pause != "target":
+            n = max(h.get(op.pause, 0), 1)
+            item = f"{op.pause}@{n}"
+            plan = stop_plans.setdefault(key, [])
+            if item not in plan:
+                plan.append(item)
+    holds = _holds(trace, sends_at, processed_at)
+    good = False
+    first = next((i for i in range(1, len(states)) if states[i]["vars"].get("sends", 0) >= 1), None)
+    if first is not None:
+        good = not any(states[first]["vars"]["sendBad"].values())
+    return Schedule(trace, ops, workers, holds, stop_plans, notes, good)
+
+
+def _prev_run_index(ops: list[Op], op: Op) -> int:
+    earlier = [o.index for o in ops if o.kind == "run" and o.worker == op.worker
+               and o.index < op.index]  # fmt: skip
+    return (max(earlier) + 1) if earlier else 1
+
+
+def _entered_point(trace: Trace, states: list[dict], j: int, w: str) -> str | None:
+    s0, s1 = states[j - 1]["vars"], states[j]["vars"]
+    if "ws" not in s1:
+        return "claimed" if states[j]["action"] in ("Claim", "TPick", "TPlain") else None
+    a, pc0, pc1 = states[j]["action"], _pc(s0, w), _pc(s1, w)
+    if pc1 == pc0:
+        return None
+    if pc1 in ENTRY_POINT:
+        return ENTRY_POINT[pc1]
+    if pc1 == "effect" and a == "RecordPlain":
+        return "step_after_record"
+    if pc1 == "send":
+        return "resolve_after_commit" if a == "TResolve" else "effect_after_dispatch"
+    if pc1 == "finish" and a == "TCommit":
+        return "effect_after_commit"
+    return None
+
+
+def _temporal_step(trace: Trace, i: int, action: str, changed: list[str], workers: list[str],
+                   holder: str | None) -> tuple[str, str, str]:  # fmt: skip
+    """(worker, runtime pc after, runtime action) for a Temporal baseline step."""
+    if action == "TPlain":  # the server runs the plain step: some worker claims and records it
+        later = [s for s in trace.states[i + 1 :] if s["action"] == "TPick"]
+        w = workers[0]
+        if later:
+            nxt = later[0]
+            k = trace.states.index(nxt)
+            c = _per_worker_changed(trace.states[k - 1]["vars"], nxt["vars"], workers)
+            w = c[0] if c else w
+        return w, "effect", "RecordPlain"
+    w = changed[0] if changed else (holder or workers[0])
+    return w, {"TPick": "effect", "TRead": "dbegin", "TSend": "await", "TComplete": "finish",
+               "TGiveUp": "idle"}[action], {"TPick": "Claim", "TRead": "ReadPremises",
+               "TSend": "Send", "TComplete": "TCommit", "TGiveUp": "SendExpire"}[action]  # fmt: skip
+
+
+def _holds(trace: Trace, sends_at: dict[int, int], processed_at: dict[int, int]) -> dict[int, float]:
+    """Seconds the target holds each request: the ticks between its send and its processing
+    (half a tick when other steps come between them in the same tick). Without SERVER_SLOW the
+    hold stays inside A2 (before send_deadline + settle_margin)."""
+    out: dict[int, float] = {}
+    c = trace.consts
+    cap = (c.get("SendTimeout", 1) + c.get("SettleMargin", 1)) * TICK - 0.4
+    for sid, at in sends_at.items():
+        done = processed_at.get(sid)
+        if done is None or done == at + 1:
+            continue
+        ticks = sum(1 for s in trace.states[at + 1 : done] if s["action"] == "Tick")
+        hold = (ticks + 0.5) * TICK
+        out[sid] = hold if c.get("SERVER_SLOW") else min(hold, cap)
+    return out
+
+
+# ------------------------------------------------------------------ the driver
+TERMINAL = ("completed", "failed", "cancelled", "stuck", "continued")
+RUN_ENDS = ("completed", "fenced", "suspended", "abandoned", "cancelled", "failed", "stuck",
+            "released", "continued")  # fmt: skip
+
+
+class _TargetProcess:
+    """The payment target in its own process, as in the harness."""
+
+    def __init__(self, tier: int, db_path: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "prove.target", "--tier", str(tier),
+                                      "--port", "0", "--db", str(db_path)], cwd=str(REPO),
+                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.url = json.loads(self.proc.stdout.readline())["url"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+
+
+@dataclass
+class ReplayResult:
+    trace: str
+    config: str
+    category: str
+    model_invariant: str | None
+    seed: int | None
+    actions: dict[str, int]
+    counts: dict[str, int]
+    violations: dict[str, list[str]]
+    checked: list[str]
+    status: str | None
+    sends_seen: int
+    applied: int
+    good_send: bool
+    divergences: list[str]
+    notes: list[str]
+    seconds: float
+
+
+class Replay:
+    def __init__(self, schedule: Schedule, admin: str, template: str, log_dir: Path):
+        self.s, self.admin, self.template, self.log_dir = schedule, admin, template, log_dir
+        self.t = schedule.trace
+        self.procs: dict[str, Any] = {}
+        self.inc = {w: 0 for w in schedule.workers}
+        self.all_procs: list[Any] = []
+        self.counts = {"workers": 0, "sigstops": 0, "sigconts": 0, "sigkills": 0, "revokes": 0,
+                       "revoke_returned": 0, "hand_refunds": 0, "cancels": 0, "prunes": 0,
+                       "redecides": 0, "signals": 0, "ticks": 0, "holds": 0}  # fmt: skip
+        self.divergences: list[str] = []
+        self.origin: float | None = None
+        self.posts_seen = 0
+        self._signal_thread: threading.Thread | None = None
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _consts(self, name: str, default: int = 1) -> int:
+        return int(self.t.consts.get(name, default))
+
+    def _spawn(self, w: str) -> Any:
+        from interlock_runtime.testing import WorkerProcess
+
+        plan = self.s.stop_plans.get((w, self.inc[w]), [])
+        env = {"ILR_STOP_AT": ",".join(plan)} if plan else {}
+        p = WorkerProcess(self.dsn, f"{w}.{self.inc[w]}.{len(self.all_procs)}", self.log_dir,
+                          "conformance.trace_replay", pythonpath=str(REPO), cwd=str(REPO),
+                          lease_ttl=self._consts("LeaseTTL", 2) * TICK, poll=0.1, concurrency=1,
+                          env=env)  # fmt: skip
+        self.procs[w] = p
+        self.all_procs.append(p)
+        self.counts["workers"] += 1
+        return p
+
+    def _alive(self, p: Any) -> bool:
+        return p is not None and p.proc.poll() is None
+
+    def _stopped(self, p: Any) -> bool:
+        try:
+            return p.state() == "T"
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return False
+
+    def _ended_since(self, p: Any, mark: int) -> bool:
+        return any(e.get("event") in RUN_ENDS for e in p.events()[mark:])
+
+    def _posts(self) -> list[dict]:
+        from prove.target_client import TargetAdmin
+
+        return [r for r in TargetAdmin(self.target.url).log(method="POST")
+                if r["path"].rstrip("/").endswith("refunds") and r.get("key")]  # fmt: skip
+
+    def _wait(self, pred, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return True
+            time.sleep(0.03)
+        return False
+
+    def _step_timeout(self) -> float:
+        c = self.t.consts
+        return (c.get("LeaseTTL", 2) + c.get("SendTimeout", 1) + c.get("SettleMargin", 1) + 2) * TICK
+
+    # -- ops --------------------------------------------------------------------------------
+    def do(self, op: Op) -> None:
+        from prove.target_client import TargetAdmin
+
+        from interlock_runtime import WorkflowFinished
+
+        admin = TargetAdmin(self.target.url)
+        if op.kind == "run":
+            self._run(op)
+        elif op.kind == "crash":
+            p = self.procs.get(op.worker)
+            if self._alive(p):
+                p.signal(signal.SIGKILL)
+                p.proc.wait(10)
+                self.counts["sigkills"] += 1
+            else:
+                self.divergences.append(f"state {op.index}: {op.worker} already gone at Crash")
+        elif op.kind == "restart":
+            self.inc[op.worker] += 1
+            self.procs[op.worker] = None  # spawned at its next step
+        elif op.kind == "tick":
+            self.counts["ticks"] += 1
+            if self.origin is not None:
+                delay = self.origin + op.arg * TICK - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            else:
+                time.sleep(TICK)
+        elif op.kind == "revoke":
+            self.counts["revoke_returned"] += len(self.rt.revoke(self.grant, by="replay"))
+            self.counts["revokes"] += 1
+        elif op.kind == "hand_refund":
+            admin.hand_refund(PAYMENT, op.arg)
+            self.counts["hand_refunds"] += 1
+        elif op.kind == "cancel":
+            try:
+                self.rt.cancel(self.wf, by="replay")
+            except WorkflowFinished:
+                self.divergences.append(f"state {op.index}: the workflow had finished at Cancel")
+            self.counts["cancels"] += 1
+        elif op.kind == "prune":
+            admin.prune_keys()
+            self.counts["prunes"] += 1
+        elif op.kind == "redecide":
+            self.offer.write_text(json.dumps({"amount": 30 * CENTS}))
+            self.counts["redecides"] += 1
+        elif op.kind == "process":
+            # the target answers the held request: wait until it has ended
+            if op.arg is not None:
+                ok = self._wait(lambda: len([r for r in self._posts() if r.get("end")])
+                                >= op.arg, self._step_timeout())  # fmt: skip
+                if not ok:
+                    self.divergences.append(f"state {op.index}: request {op.arg} never ended")
+            admin.set_delay(0)
+        elif op.kind in ("signal", "signal_begin"):
+            # rt.signal locks the row and commits in one call; begin starts it concurrently
+            # with what follows (the suspend it races), commit joins it.
+            self._signal_thread = threading.Thread(target=self.rt_signal.signal,
+                                                   args=(self.wf, "approve", {"n": op.index}))  # fmt: skip
+            self._signal_thread.start()
+            self.counts["signals"] += 1
+            if op.kind == "signal":
+                self._signal_thread.join(30)
+        elif op.kind == "signal_commit":
+            if self._signal_thread is not None:
+                self._signal_thread.join(30)
+        elif op.kind == "none":
+            pass
+        else:  # pragma: no cover - translate() produces only the kinds above
+            raise UnknownAction(op.kind)
+
+    def _run(self, op: Op) -> None:
+        from prove.target_client import TargetAdmin
+
+        w = op.worker
+        p = self.procs.get(w)
+        if not self._alive(p):
+            if p is not None:
+                self.divergences.append(f"state {op.index}: {w}'s process had exited; respawned")
+                self.inc[w] += 1
+            p = self._spawn(w)
+        mark = len(p.events())
+        # the holds of the sends this worker makes now
+        sid = len(self._posts()) + 1
+        hold = self.s.holds.get(sid)
+        if hold:
+            TargetAdmin(self.target.url).set_delay(hold * 1000)
+            self.counts["holds"] += 1
+        if self._stopped(p):
+            p.signal(signal.SIGCONT)
+            self.counts["sigconts"] += 1
+        if self.origin is None and op.action in ("Claim", "TPlain", "TPick"):
+            ok = self._wait(lambda: self.rt.claim_history(self.wf), self._step_timeout() + 20)
+            if ok:
+                now = self.t.states[op.index]["vars"].get("now", 0)
+                self.origin = time.monotonic() - now * TICK
+        if op.pause is None:
+            return
+        if op.pause == "target":
+            ok = self._wait(lambda: len(self._posts()) >= sid or not self._alive(p)
+                            or self._ended_since(p, mark), self._step_timeout())  # fmt: skip
+        else:
+            ok = self._wait(lambda: self._stopped(p) or not self._alive(p)
+                            or self._ended_since(p, mark), self._step_timeout() + 10)  # fmt: skip
+            if self._stopped(p):
+                self.counts["sigstops"] += 1
+        if not ok or not (self._stopped(p) or op.pause == "target"):
+            self.divergences.append(f"state {op.index} ({op.action}): {w} did not reach "
+                                    f"{op.pause}")  # fmt: skip
+
+    # -- the whole replay -------------------------------------------------------------------
+    def run(self) -> ReplayResult:
+        from prove.target_client import TargetAdmin
+
+        from interlock_runtime import Runtime, db, testing
+        from interlock_runtime.invariants import check_all, snapshot
+
+        t0 = time.monotonic()
+        c = self.t.consts
+        with testing.fresh_database(self.admin, self.template) as dsn:
+            self.dsn = dsn
+            self.target = _TargetProcess(int(c.get("Tier", 2)), self.log_dir / "ledger.db")
+            admin = TargetAdmin(self.target.url)
+            admin.create_payment(PAYMENT, 10000)
+            self.offer = self.log_dir / "offer.json"
+            self.offer.write_text(json.dumps({"amount": 20 * CENTS}))
+            try:
+                with Runtime(dsn) as rt, Runtime(dsn) as rt_signal:
+                    self.rt, self.rt_signal = rt, rt_signal
+                    status = self._drive(rt)
+                    events = [e for p in self.all_procs for e in p.events()]
+
+                    def world():
+                        return admin.ledger()["refunds"], admin.log()
+
+                    with db.connect(dsn) as conn, snapshot(conn, world, events) as ev:
+                        results = check_all(ev)
+                        claims = conn.execute("select count(*) as n from ilr.claims").fetchone()["n"]
+                    ledger = [r for r in admin.ledger()["refunds"] if r.get("key")]
+                    posts = self._posts()
+            finally:
+                for p in self.all_procs:
+                    p.close()
+                self.target.stop()
+        self.counts["claims"] = claims
+        self.counts["step_started"] = sum(e.get("event") == "step_started" for e in events)
+        self.counts["sends"] = len(posts)
+        violations = {k: v for k, v in results.items() if v}
+        return ReplayResult(self.t.name, self.t.config, self.t.category, self.t.invariant,
+                            self.t.seed, self.s.actions(), self.counts, violations,
+                            sorted(results), status, len(posts), len(ledger), self.s.good_send,
+                            self.divergences, self.s.notes,
+                            round(time.monotonic() - t0, 1))  # fmt: skip
+
+    def _drive(self, rt) -> str | None:
+        c = self.t.consts
+        # every model worker's first process, started before the workflow exists and stopped
+        # until the trace moves it (so no worker claims before the trace says so)
+        for w in self.s.workers:
+            p = self._spawn(w)
+            p.wait_event("registered", timeout=60)
+            p.signal(signal.SIGSTOP)
+            p.wait_stopped()
+        self.wf = f"replay-{self.t.name[:40]}".replace("_", "-").lower()
+        if self.t.spec == "Signals":
+            rt.start("replay_signals", self.wf, {"sleep": self._consts("SleepFor", 2) * TICK})
+            self.grant = ""
+        else:
+            tier = int(c.get("Tier", 2))
+            self.grant = rt.grant("agent", "refund", max_cents=20 * CENTS, by="replay")
+            window = (c.get("DedupAge", 3) + c.get("DedupMargin", 3)) * TICK
+            rt.start("replay_refund", self.wf, {
+                "id": self.wf, "target_url": self.target.url, "tier": tier,
+                "queryable": bool(c.get("Queryable", tier != 3)) and tier != 3,
+                "send_timeout": c.get("SendTimeout", 1) * TICK,
+                "settle_margin": c.get("SettleMargin", 1) * TICK,
+                "dedup_window": window if tier == 1 else 1e9,
+                "dedup_margin": c.get("DedupMargin", 3) * TICK if tier == 1 else 600.0,
+                "grant": self.grant, "offer_file": str(self.offer)})  # fmt: skip
+        for op in self.s.ops:
+            self.do(op)
+        return self._settle(rt)
+
+    def _settle(self, rt) -> str | None:
+        """After the schedule the world runs freely: every process goes on, a healthy worker
+        joins if none is left, and the workflow ends (or waits on a signal the model's
+        Signals workflow needs)."""
+        from prove.target_client import TargetAdmin
+
+        TargetAdmin(self.target.url).set_delay(0)
+        if self._signal_thread is not None:
+            self._signal_thread.join(30)
+        for p in self.all_procs:
+            if self._alive(p) and self._stopped(p):
+                p.signal(signal.SIGCONT)
+                self.counts["sigconts"] += 1
+        if not any(self._alive(p) for p in self.all_procs):
+            self.inc["settle"] = 0
+            self.s.stop_plans.pop(("settle", 0), None)
+            self._spawn("settle")
+        deadline = time.monotonic() + self._step_timeout() * 3 + 20
+        status = None
+        while time.monotonic() < deadline:
+            status = rt.describe(self.wf)["status"]
+            if status in TERMINAL:
+                break
+            if self.t.spec == "Signals" and status == "sleeping":
+                waiting = rt.describe(self.wf)["waiting"] or {}
+                if waiting.get("signal") == "approve":
+                    rt.signal(self.wf, "approve", {"n": "settle"})
+                    self.counts["signals"] += 1
+            time.sleep(0.1)
+        return status
+
+
+def replay(trace: Trace | Path | str, admin: str, template: str, log_dir: Path) -> ReplayResult:
+    """Translate and replay one trace in a fresh database; return what happened."""
+    t = trace if isinstance(trace, Trace) else load_trace(trace)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return Replay(translate(t), admin, template, log_dir).run()
+
+
+# ------------------------------------------------------------------ report
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=REPO, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_report(results: list[ReplayResult], wall: float) -> tuple[Path, Path]:
+    import platform
+    from dataclasses import asdict
+
+    import psycopg
+
+    out = REPO / "results"
+    totals: dict[str, int] = {}
+    for r in results:
+        for k, v in r.counts.items():
+            totals[k] = totals.get(k, 0) + v
+    by_cat: dict[str, list[ReplayResult]] = {}
+    for r in results:
+        by_cat.setdefault(r.category, []).append(r)
+    violations = [(r.trace, k, v) for r in results for k, v in r.violations.items()]
+    doc = {
+        "commit": _commit(),
+        "generated_by": "python -m conformance.trace_replay --report",
+        "python": platform.python_version(),
+        "psycopg": psycopg.__version__,
+        "tick_seconds": TICK,
+        "wall_seconds": round(wall, 1),
+        "traces": len(results),
+        "by_category": {k: len(v) for k, v in sorted(by_cat.items())},
+        "configs": sorted({r.config for r in results}),
+        "seeds": sorted(r.seed for r in results if r.seed is not None),
+        "totals": totals,
+        "violations": len(violations),
+        "results": [asdict(r) for r in results],
+    }
+    jpath, mpath = out / "trace_replay.json", out / "trace_replay.md"
+    jpath.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    lines = [
+        "# Model-based trace replay on the real runtime",
+        "",
+        f"Generated by `python -m conformance.trace_replay --report` at commit `{doc['commit'][:12]}`"
+        f" (python {doc['python']}, psycopg {doc['psycopg']}); one model tick = {TICK} s; "
+        f"wall {doc['wall_seconds']} s.",
+        "",
+        "Each TLC trace is translated action by action into real faults (SIGSTOP at the kill "
+        "point of the worker's program counter, SIGKILL, target holds, rt.revoke, hand refunds, "
+        "rt.cancel, key pruning, clock waits), replayed with real worker subprocesses against "
+        "Postgres and the local target, and every catalog invariant of layer C is checked on "
+        "the evidence afterwards. A broken config's counterexample must not reproduce on the "
+        "runtime: that is the evidence that the fix the broken config removes is in the code.",
+        "",
+        f"**{len(results)} traces replayed, {len(violations)} invariant violations found.**",
+        "",
+        "| category | traces | configs |",
+        "|---|---:|---|",
+    ]
+    for cat_name, rs in sorted(by_cat.items()):
+        lines.append(f"| {cat_name} | {len(rs)} | {', '.join(sorted({r.config for r in rs}))} |")
+    lines += ["", "Real faults performed in total:", "",
+              "| " + " | ".join(totals) + " |", "|" + "---:|" * len(totals),
+              "| " + " | ".join(str(v) for v in totals.values()) + " |", "",
+              "| trace | model invariant | steps | runtime outcome | sends | applied | "
+              "violations | divergences | s |", "|---|---|---:|---|---:|---:|---|---:|---:|"]  # fmt: skip
+    for r in results:
+        steps = sum(r.actions.values())
+        viol = ", ".join(r.violations) or "none"
+        lines.append(f"| {r.trace} | {r.model_invariant or '-'} | {steps} | {r.status} | "
+                     f"{r.sends_seen} | {r.applied} | {viol} | {len(r.divergences)} | "
+                     f"{r.seconds} |")  # fmt: skip
+    if doc["seeds"]:
+        lines += ["", f"Simulation seeds (conformance/sim_traces): {', '.join(map(str, doc['seeds']))}"]
+    lines += ["", "Divergences are places where the real system did not follow the model's "
+              "schedule (for a broken trace: where the fix stopped it, e.g. a fenced write or "
+              "a refused dispatch); the trace still ran to a settled world and was checked.", ""]
+    mpath.write_text("\n".join(lines))
+    return jpath, mpath
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import tempfile
+
+    from interlock_runtime import testing
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("traces", nargs="*", help="trace files to replay (printed, no report)")
+    ap.add_argument("--report", action="store_true", help="replay and write results/trace_replay.*")
+    ap.add_argument("--all", action="store_true", help="every saved and simulated trace")
+    opts = ap.parse_args(argv)
+    if opts.traces:
+        paths = [Path(p) for p in opts.traces]
+    elif opts.all:
+        paths = sorted(TRACES.glob("*.json")) + trace_paths("simulated")
+    else:
+        paths = trace_paths("broken") + trace_paths("simulated")
+    admin = testing.admin_dsn()
+    results = []
+    t0 = time.monotonic()
+    with testing.template_database(admin) as template, tempfile.TemporaryDirectory() as tmp:
+        for i, p in enumerate(paths):
+            r = replay(p, admin, template, Path(tmp) / f"r{i}")
+            results.append(r)
+            print(f"{r.trace}: {r.status}, sends {r.sends_seen}, applied {r.applied}, "
+                  f"violations {sorted(r.violations) or 'none'}, {r.seconds}s", flush=True)
+    if opts.report:
+        j, m = write_report(results, time.monotonic() - t0)
+        print(f"wrote {j.relative_to(REPO)} and {m.relative_to(REPO)}")
+    return 1 if any(r.violations for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
