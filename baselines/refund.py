@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
 from . import MODES
 
 WORKFLOW_NAME = "RefundWorkflow"
+APIS = ("local", "stripe")  # the target's JSON API, or its Stripe-compatible subset (EMULATED)
 DECIDE_START_TO_CLOSE = timedelta(seconds=10)
 REFUND_START_TO_CLOSE = timedelta(seconds=3)  # spec 11.1; the retry policy is the default one
 DEFAULT_SLEEP_SECONDS = 1.0  # stands in for the spec's long sleep (shortened, labeled)
@@ -137,14 +138,31 @@ class HttpTarget:
     ``LocalRefunds`` (tier 1 sends ``Idempotency-Key``; every POST carries ``metadata.key``)."""
 
     def __init__(
-        self, url: str, payment: str, tier: int, worker: str, timeout: float = 3.0
+        self,
+        url: str,
+        payment: str,
+        tier: int,
+        worker: str,
+        timeout: float = 3.0,
+        *,
+        api: str = "local",
+        lookup: bool = True,
     ) -> None:
+        if api not in APIS:
+            raise ValueError(f"api must be one of {APIS}, not {api!r}")
         self.url, self.payment, self.tier = url.rstrip("/"), payment, int(tier)
         self.worker = worker
         self.timeout = float(timeout)
-        self.tier_has_lookup = self.tier in (1, 2)
+        self.api = api
+        # lookup=False: the target answers no lookups (S04's non-queryable variant)
+        self.tier_has_lookup = self.tier in (1, 2) and lookup
 
     def _client(self, payment: str | None = None) -> LocalRefunds:
+        if self.api == "stripe":  # EMULATED: the stripe SDK against the local /v1 subset
+            from prove.stripe_target import StripeRefunds
+
+            return StripeRefunds(self.url, payment or self.payment, self.tier,
+                                 send_timeout=self.timeout)  # fmt: skip
         return LocalRefunds(self.url, payment or self.payment, self.tier, send_timeout=self.timeout)
 
     def find_refund(self, key: str) -> dict | None:
@@ -434,13 +452,16 @@ def configure(
     attempt_log_path: str | None,
     worker: str,
     http_timeout: float = 3.0,
+    api: str = "local",
+    lookup: bool = True,
 ) -> list[Callable]:
     """Set this process's collaborators; returns the activities to register for ``mode``."""
     global http_target, grants_db, model, attempt_log, worker_id, worker_mode
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     worker_id, worker_mode = worker, mode
-    http_target = HttpTarget(target_url, payment, tier, worker, http_timeout)
+    http_target = HttpTarget(target_url, payment, tier, worker, http_timeout, api=api,
+                             lookup=lookup)  # fmt: skip
     grants_db = GrantsDB(grants_dsn)
     model = ModelClient(model_url, worker)
     attempt_log = AttemptLog(attempt_log_path, worker) if attempt_log_path else None

@@ -4,7 +4,7 @@
         --mode temporal_idem|temporal_check --target-url URL --payment ID --tier N
         --model-url URL [--grants-dsn DSN] [--attempt-log FILE] --id W
         [--namespace default] [--http-timeout 3] [--concurrency 8]
-        [--sticky-timeout 10] [--connect-timeout 30]
+        [--sticky-timeout 10] [--connect-timeout 30] [--api local|stripe] [--no-lookup]
 
 It registers ``RefundWorkflow``, the ``decide`` activity and the ``refund`` activity of the
 mode (see baselines/refund.py), and polls until SIGTERM or SIGINT (a clean shutdown) or a
@@ -67,6 +67,8 @@ async def run(args: argparse.Namespace) -> int:
         attempt_log_path=args.attempt_log,
         worker=args.id,
         http_timeout=args.http_timeout,
+        api=args.api,
+        lookup=not args.no_lookup,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -108,6 +110,17 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--attempt-log", default=None, help="append attempt JSON lines here")
     ap.add_argument("--id", required=True, help="worker id (logs, X-ILR-Worker header)")
     ap.add_argument("--http-timeout", type=float, default=3.0, help="target HTTP timeout (s)")
+    ap.add_argument(
+        "--api",
+        default="local",
+        choices=refund.APIS,
+        help="the target's JSON API or its Stripe-compatible subset (EMULATED)",
+    )
+    ap.add_argument(
+        "--no-lookup",
+        action="store_true",
+        help="the target answers no lookups (a tier-1/2 target without GET /refunds)",
+    )
     ap.add_argument("--concurrency", type=int, default=8, help="max concurrent activities")
     ap.add_argument("--sticky-timeout", type=float, default=10.0,
                     help="sticky queue schedule-to-start timeout (s; SDK default 10)")  # fmt: skip

@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import queue
+import random
 import signal
 import subprocess
 import sys
@@ -44,6 +45,9 @@ DATA = REPO / ".data" / "prove"
 PAYMENT = "pay_881"
 PAID = 10000
 APPROVER = "alice"
+APIS = ("local", "stripe")  # the target's own API, or its Stripe-compatible subset (EMULATED)
+STRIPE_SCENARIOS = ("S01", "S02", "S03")  # the Stripe table (spec 11.7 item 3): tier 1 only
+EXTERNAL_KILL_WINDOW = 2.0  # seconds after the approval; see crash_plan()
 
 
 class RunnerError(RuntimeError):
@@ -66,6 +70,9 @@ class Services:
     temporal: Any = None  # TemporalDevServer
     runs_dir: Path = DATA / "runs"
     versions: dict = field(default_factory=dict)
+    # "seeded" (DESIGN B12: half the seeds an external SIGKILL), or force "instrumented" or
+    # "external" for every run that has a crash plan (tests use "instrumented")
+    crash_plans: str = "seeded"
 
 
 def versions(admin_dsn: str) -> dict:
@@ -111,13 +118,21 @@ class RuntimeSystem:
         self.workers: list[Any] = []
         self.grant: str | None = None
 
-    def spawn(self, kill_at: str | None) -> Any:
+    @property
+    def module(self) -> str:
+        return "prove.stripe_flows" if self.run.api == "stripe" else "prove.flows"
+
+    def spawn(self, kill_at: str | None, via_proxy: bool = False) -> Any:
         from interlock_runtime.testing import WorkerProcess
 
         t = self.run.timing
         wid = f"W{len(self.workers) + 1}"
         env = {"ILR_KILL_AT": kill_at or ""}
-        w = WorkerProcess(self.run.dsn, wid, self.run.dir, "prove.flows", pythonpath=str(REPO),
+        dsn = self.run.dsn
+        if via_proxy:  # this worker's Postgres sessions go through the run's fault proxy
+            dsn = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1",
+                                                 port=str(self.run.proxy_for(self.pg_address())))  # fmt: skip
+        w = WorkerProcess(dsn, wid, self.run.dir, self.module, pythonpath=str(REPO),
                           lease_ttl=t["lease_ttl"], poll=t["poll"], env=env, cwd=str(REPO))  # fmt: skip
         w.kill_at = kill_at
         self.run.stack.callback(w.close)
@@ -134,10 +149,29 @@ class RuntimeSystem:
                 case[k] = r.variant.params[k]
         return case
 
-    def start(self) -> None:
-        from prove import flows
+    def pg_address(self) -> tuple[str, int]:
+        info = psycopg.conninfo.conninfo_to_dict(self.run.dsn)
+        return str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432)
 
-        self.rt.start(flows.prove_refund, self.run.wf_id, self.case())
+    def start(self) -> None:
+        if self.run.api == "stripe":
+            from prove.stripe_flows import stripe_refund as flow
+        else:
+            from prove.flows import prove_refund as flow
+        self.rt.start(flow, self.run.wf_id, self.case())
+
+    def fork(self, approve: int | None) -> dict:
+        """rt.fork at the decision's seq (S05): the fork re-decides and runs the rest; the
+        person approves it as before (Temporal's reset reapplies the approve signal)."""
+        wf = self.run.wf_id
+        steps = self.rt.describe(wf)["steps"]
+        seq = next(s["seq"] for s in steps if s["kind"] == "decide")
+        new_id = self.rt.fork(wf, seq, f"{wf}-fork")
+        self.run.forked_from.append(wf)
+        self.run.wf_id = new_id
+        if approve is not None:
+            self.approve(int(approve))
+        return {"forked": wf, "fork": new_id, "at_seq": seq, "approved": approve}
 
     def approve(self, amount: int) -> None:
         from interlock_runtime.testing import wait_for
@@ -145,7 +179,8 @@ class RuntimeSystem:
         wf = self.run.wf_id
         wait_for(lambda: (self.rt.describe(wf)["waiting"] or {}).get("signal") == "approve",
                  self.run.timing["run_timeout"], "the approval wait")  # fmt: skip
-        decided = self.rt.describe(wf)["steps"][0]["output"]
+        steps = self.rt.describe(wf)["steps"]
+        decided = next(s for s in steps if s["kind"] == "decide")["output"]
         from prove.flows import payload_for
 
         self.grant = self.rt.approve(wf, payload_for({"payment": PAYMENT}, amount),
@@ -174,6 +209,8 @@ class RuntimeSystem:
         wf = self.run.wf_id
         d = self.rt.describe(wf)
         arts: dict[str, Any] = {"status": d["status"], "describe": _jsonable(d)}
+        if self.run.forked_from:  # S05: the original too
+            arts["forked_from"] = [_jsonable(self.rt.describe(w)) for w in self.run.forked_from]
         effects = self.rt.effects(wf)
         arts["effects"] = _jsonable(effects)
         if effects:
@@ -218,17 +255,23 @@ class TemporalSystem:
         self.grant = f"grant-{uuid.uuid4().hex[:12]}"
         self.run_ids: list[str] = []
 
-    def spawn(self, kill_at: str | None) -> subprocess.Popen:
+    def spawn(self, kill_at: str | None, via_proxy: bool = False) -> subprocess.Popen:
         r, t = self.run, self.run.timing
         wid = f"T{len(self.workers) + 1}"
+        address = self.address
+        if via_proxy:  # this worker reaches the Temporal server through the run's fault proxy
+            host, port = self.address.rsplit(":", 1)
+            address = f"127.0.0.1:{r.proxy_for((host, int(port)))}"
         env = dict(os.environ, ILR_KILL_AT=kill_at or "")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        cmd = [sys.executable, "-m", "baselines.worker", "--address", self.address,
+        cmd = [sys.executable, "-m", "baselines.worker", "--address", address,
                "--task-queue", self.task_queue, "--mode", self.mode, "--target-url", r.target.url,
                "--payment", PAYMENT, "--tier", str(r.tier), "--model-url", r.stub.url,
                "--grants-dsn", r.dsn, "--attempt-log", str(self.attempt_log), "--id", wid,
                "--http-timeout", str(t["send_timeout"]),
-               "--sticky-timeout", str(t["temporal_sticky_timeout"])]  # fmt: skip
+               "--sticky-timeout", str(t["temporal_sticky_timeout"]), "--api", r.api]  # fmt: skip
+        if not r.variant.params.get("queryable", True):
+            cmd.append("--no-lookup")
         err = open(r.dir / f"{wid}.stderr", "w")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
                                 cwd=REPO)  # fmt: skip
@@ -274,6 +317,15 @@ class TemporalSystem:
                 (self.grant, f"workflow:{self.run.wf_id}", amount, APPROVER),
             )
         self.client.approve(self.run.wf_id, amount, self.grant)
+
+    def fork(self, approve: int | None) -> dict:
+        """`temporal workflow reset --type FirstWorkflowTask` (S05): the new run re-runs the
+        decision; Temporal reapplies the approve signal itself, so `approve` is not sent."""
+        from baselines.client import reset_to_before_decision_cli
+
+        new_run = reset_to_before_decision_cli(self.address, self.run.wf_id)
+        self.run_ids.append(new_run)
+        return {"reset": self.run.wf_id, "new_run_id": new_run, "via": "temporal workflow reset"}
 
     def revoke(self) -> dict:
         with psycopg.connect(self.run.dsn, autocommit=True) as conn:
@@ -322,15 +374,52 @@ SYSTEMS: dict[str, Callable[[Run], Any]] = {
 # -- one run --------------------------------------------------------------------------------
 
 
+def run_name(scn_id: str, variant: str, system: str, tier: int, seed: int,
+             api: str = "local") -> str:  # fmt: skip
+    """The run id (and run file name) of one seed of one cell."""
+    return f"{scn_id}-{variant}-{system}-t{tier}{'-stripe' if api == 'stripe' else ''}-s{seed}"
+
+
+def crash_plan(scn: Scenario, variant: Variant, system: str, tier: int, seed: int,
+               api: str = "local", mode: str = "seeded") -> dict:  # fmt: skip
+    """The seeded crash plan of one run (DESIGN B12).
+
+    A scenario whose timeline arms a kill point and approves before it waits for the crash
+    gets, for half of its seeds, an external SIGKILL of the armed workers at a uniform random
+    time in [0, EXTERNAL_KILL_WINDOW) s after the approval instead of the instrumented point.
+    Which half: the seed's parity, offset by a stable hash of the cell, so with one seed per
+    cell (the quick sweep) half of the cells get each kind. Scenarios that crash before the
+    approval (S05b) or crash nothing (S08) keep their instrumented plan."""
+    steps = scn.steps(system, variant)
+    names = [n for n, _ in steps]
+    points = [a.get("kill_at") for n, a in steps if n == "workers" and a.get("kill_at")]
+    plan: dict[str, Any] = {"kind": "instrumented" if points else "none", "points": points}
+    eligible = (points and "approve" in names and "wait_crash" in names
+                and names.index("approve") < names.index("wait_crash"))  # fmt: skip
+    if not eligible or mode == "instrumented":
+        return plan
+    cell = f"{scn.id}-{variant.name}-{system}-t{tier}-{api}"
+    offset = int.from_bytes(cell.encode(), "big") % 2  # stable across processes (no hash())
+    if mode == "external" or (seed + offset) % 2 == 1:
+        rng = random.Random(f"{cell}-s{seed}")
+        window = float(variant.timing.get("external_kill_window", EXTERNAL_KILL_WINDOW))
+        plan = {"kind": "external", "replaces": points, "window": window,
+                "at": round(rng.uniform(0.0, window), 3), "rng_seed": f"{cell}-s{seed}"}  # fmt: skip
+    return plan
+
+
 class Run:
     def __init__(self, services: Services, scn: Scenario, variant: Variant, system: str,
-                 tier: int, seed: int, out_dir: Path) -> None:  # fmt: skip
+                 tier: int, seed: int, out_dir: Path, api: str = "local") -> None:  # fmt: skip
+        if api not in APIS:
+            raise RunnerError(f"api must be one of {APIS}, not {api!r}")
         self.services, self.scn, self.variant = services, scn, variant
-        self.system, self.tier, self.seed = system, tier, seed
+        self.system, self.tier, self.seed, self.api = system, tier, seed, api
         self.timing = variant.timing
-        self.run_id = f"{scn.id}-{variant.name}-{system}-t{tier}-s{seed}"
+        self.run_id = run_name(scn.id, variant.name, system, tier, seed, api)
         suffix = uuid.uuid4().hex[:8]
         self.wf_id = f"wf-{self.run_id}-{suffix}"
+        self.forked_from: list[str] = []
         self.case_id = f"case-4471-{suffix}"
         self.dir = out_dir / self.run_id
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -338,17 +427,43 @@ class Run:
         self.t0 = time.time()
         self.log: list[dict] = []  # faults, world events, signals: what happened when
         self.world: dict[str, float] = {}  # world event name -> time it took effect
+        self.plan = crash_plan(scn, variant, system, tier, seed, api, services.crash_plans)
+        self.proxy: Any = None  # the run's fault proxy (S08a), made on first use
+        self._timers: list[threading.Thread] = []
 
     def note(self, what: str, **fields: Any) -> None:
         self.log.append({"t": round(time.time() - self.t0, 3), "what": what, **fields})
 
+    def proxy_for(self, upstream: tuple[str, int]) -> int:
+        """The port of this run's fault proxy in front of `upstream` (one per run)."""
+        from prove.fault_proxy import FaultProxy
+
+        if self.proxy is None:
+            self.proxy = FaultProxy(upstream).start()
+            self.stack.callback(self.proxy.stop)
+            self.note("proxy_start", upstream=f"{upstream[0]}:{upstream[1]}",
+                      port=self.proxy.port)  # fmt: skip
+        return self.proxy.port
+
+    def _procs(self, armed_only: bool = False) -> list[Any]:
+        out = []
+        for w in self.sys.workers:
+            if armed_only and not getattr(w, "armed", False):
+                continue
+            out.append(w if isinstance(w, subprocess.Popen) else w.proc)
+        return out
+
     # -- actions (the scenario's timeline) --
 
-    def a_workers(self, kill_at: str | None = None, count: int | None = None) -> None:
+    def a_workers(self, kill_at: str | None = None, count: int | None = None,
+                  via_proxy: bool = False) -> None:  # fmt: skip
         n = int(count or self.timing[f"{self.sys.family}_workers"])
+        external = self.plan["kind"] == "external" and kill_at
         for i in range(n):
-            p = self.sys.spawn(kill_at)
-            self.note("worker_start", pid=p.pid, kill_at=kill_at, index=i)
+            p = self.sys.spawn(None if external else kill_at, via_proxy=bool(via_proxy))
+            p.armed = bool(kill_at)  # type: ignore[attr-defined]
+            self.note("worker_start", pid=p.pid, kill_at=None if external else kill_at, index=i,
+                      external_kill=bool(external), via_proxy=bool(via_proxy))  # fmt: skip
 
     def a_start(self) -> None:
         self.t_start = time.time()
@@ -359,8 +474,32 @@ class Run:
         self.approved_amount = int(amount)
         self.sys.approve(int(amount))
         self.note("approve", amount=amount)
+        if self.plan["kind"] == "external" and not self._timers:
+            t = threading.Thread(target=self._external_kill, args=(time.time(),), daemon=True)
+            t.start()
+            self._timers.append(t)
+
+    def _external_kill(self, since: float) -> None:
+        """The seeded external SIGKILL: every armed worker, at plan['at'] after the approval."""
+        time.sleep(max(0.0, since + self.plan["at"] - time.time()))
+        killed = []
+        for proc in self._procs(armed_only=True):
+            if proc.poll() is None:
+                proc.kill()
+                killed.append(proc.pid)
+        self.plan["fired_at"] = round(time.time() - self.t0, 3)
+        self.plan["killed"] = killed
+        self.note("external_sigkill", pids=killed, after_approve=self.plan["at"])
 
     def a_wait_crash(self) -> None:
+        if self.plan["kind"] == "external":
+            for t in self._timers:
+                t.join(self.timing["run_timeout"])
+            procs = self._procs(armed_only=True)
+            for proc in procs:
+                proc.wait(timeout=10)
+            self.crashed = bool(self.plan.get("killed"))
+            return
         armed = [w for w in self.sys.workers if getattr(w, "kill_at", None)]
         deadline = time.monotonic() + self.timing["run_timeout"]
         while time.monotonic() < deadline:
@@ -377,8 +516,7 @@ class Run:
         self.note("crash_never_happened")
 
     def a_down(self) -> None:
-        for w in self.sys.workers:
-            proc = w if isinstance(w, subprocess.Popen) else w.proc
+        for proc in self._procs():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
                 proc.kill()  # SIGKILL
@@ -406,18 +544,56 @@ class Run:
         out = self.admin.prune_keys()
         self.note("prune_keys", emulated=True, result=out)
 
-    def a_target_delay(self, ms: float) -> None:
-        self.admin.set_delay(float(ms))
-        self.note("target_delay", ms=ms)
+    def a_target_delay(self, ms: float, count: int | None = None) -> None:
+        out = self.admin.set_delay(float(ms), None if count is None else int(count))
+        self.note("target_delay", ms=ms, count=count, result=out)
 
     def a_redecide(self, on: bool = True) -> None:
         self.stub.configure(redecide=bool(on))
         self.note("redecide", on=bool(on), emulated=True)
 
+    def a_fork(self, approve: int | None = None) -> None:
+        out = self.sys.fork(approve)
+        self.note("fork", **out)
+
+    def a_wait_send(self) -> None:
+        """Until the first agent POST arrived at the target (t_send: S08a's time origin)."""
+        deadline = time.monotonic() + self.timing["run_timeout"]
+        while time.monotonic() < deadline:
+            posts = [a for a in self.admin.log() if _is_refund_post(a)]
+            if posts:
+                self.t_send = posts[0]["arrival"]
+                self.note("send_arrived", arrival=round(self.t_send - self.t0, 3))
+                return
+            time.sleep(0.02)
+        raise RunnerError("no refund POST reached the target")
+
+    def a_partition(self, after: float, until: float) -> None:
+        """Blackhole the run's fault proxy (the sender's link to Postgres or the Temporal
+        server) from t_send + after to t_send + until; returns at once (timers do it)."""
+        if self.proxy is None:
+            raise RunnerError("partition needs a worker started with via_proxy: true")
+        origin = getattr(self, "t_send", None) or time.time()
+
+        def at(when: float, mode: str) -> None:
+            time.sleep(max(0.0, origin + when - time.time()))
+            try:
+                self.proxy.set_mode(mode)
+                self.note("proxy_mode", mode=mode, since_send=round(time.time() - origin, 3))
+            except Exception as e:  # noqa: BLE001 - the run is ending; recorded
+                self.note("proxy_mode_failed", mode=mode, error=repr(e))
+
+        for when, mode in ((float(after), "blackhole"), (float(until), "pass")):
+            t = threading.Thread(target=at, args=(when, mode), daemon=True)
+            t.start()
+            self._timers.append(t)
+        # the successors must start after the sender is cut off
+        time.sleep(max(0.0, origin + float(after) - time.time()) + 0.05)
+
     def a_wait_result(self) -> None:
         self.result_kind, self.result = self.sys.result(self.timing["run_timeout"])
         self.t_end = time.time()
-        self.note("result", kind=self.result_kind)
+        self.note("result", kind=self.result_kind, workflow=self.wf_id)
 
     # -- the whole run --
 
@@ -431,7 +607,9 @@ class Run:
         from interlock_runtime.testing import fresh_database
 
         with self.stack:
-            self.target = Target(self.tier, db=str(self.dir / "ledger.sqlite")).start()
+            queryable = bool(self.variant.params.get("queryable", True))
+            self.target = Target(self.tier, db=str(self.dir / "ledger.sqlite"),
+                                 lookup=queryable).start()  # fmt: skip
             self.stack.callback(self.target.close)
             self.admin = TargetAdmin(self.target.url)
             self.admin.create_payment(PAYMENT, PAID)
@@ -447,6 +625,8 @@ class Run:
             except Exception as e:  # noqa: BLE001 - recorded; the run counts as not correct
                 error = f"{type(e).__name__}: {e}"
                 self.note("error", error=error, tb=traceback.format_exc()[-3000:])
+            if self.proxy is not None:  # heal before reading: nothing stays blackholed
+                self.proxy.set_mode("pass")
             ledger_all = self.admin.ledger()
             ledger = ledger_all["refunds"]
             access = self.admin.log()
@@ -457,7 +637,8 @@ class Run:
             model_calls = self.stub.calls()
         outcome = evaluate(self.scn, self.variant, self.system, self.tier, ledger, access,
                            self.world, self.approved_amount, self.sys.status_of(self.result)
-                           if hasattr(self, "sys") else None, error)  # fmt: skip
+                           if hasattr(self, "sys") else None, error,
+                           external_crash=self.plan["kind"] == "external")  # fmt: skip
         record = {
             "identity": {
                 "run_id": self.run_id,
@@ -466,23 +647,22 @@ class Run:
                 "system": self.system,
                 "tier": self.tier,
                 "seed": self.seed,
+                "api": self.api,
                 "workflow_id": self.wf_id,
+                "forked_from": self.forked_from,
                 "case": self.case_id,
             },  # fmt: skip
             "versions": self.services.versions,
             "timing_constants": t,
             "faults": {
-                "crash_plan": {
-                    "kind": "instrumented",
-                    "points": [
-                        a.get("kill_at")
-                        for n, a in self.scn.steps(self.system, self.variant)
-                        if n == "workers" and a.get("kill_at")
-                    ],
-                },  # fmt: skip
-                "crashed_by_kill_point": self.crashed,
+                "crash_plan": self.plan,
+                "crashed_by_kill_point": self.crashed
+                if self.plan["kind"] == "instrumented"
+                else None,
+                "crashed": self.crashed,
                 "timeline": self.log,
-                "emulated": list(self.scn.emulated),
+                "emulated": list(self.scn.emulated)
+                + (["stripe: " + STRIPE_EMULATED] if self.api == "stripe" else []),
             },  # fmt: skip
             "ground_truth": {
                 "ledger": ledger,
@@ -507,15 +687,27 @@ class Run:
         return _jsonable(record)
 
 
+STRIPE_EMULATED = (
+    "the official stripe SDK (runtime: prove.stripe_target.StripeRefunds; Temporal: the same "
+    "StripeRefunds calls inside both activities) pointed at the local target's Stripe-compatible "
+    "/v1 subset; Stripe cannot be reached from this machine"
+)
+
+
+def _is_refund_post(a: dict) -> bool:
+    """A refund send in the access log: POST /refunds, or POST /v1/refunds (the Stripe path)."""
+    return a["method"] == "POST" and a["path"].rstrip("/") in ("/refunds", "/v1/refunds")
+
+
 # -- the oracle: the target's ledger and access log only ------------------------------------
 
 
 def evaluate(scn: Scenario, variant: Variant, system: str, tier: int, ledger: list[dict],
              access: list[dict], world: dict[str, float], approved: int,
-             status: str | None, error: str | None) -> dict:  # fmt: skip
+             status: str | None, error: str | None, external_crash: bool = False) -> dict:  # fmt: skip
     agent = [r for r in ledger if r["source"] != "hand"]
     hand = [r for r in ledger if r["source"] == "hand"]
-    posts = [a for a in access if a["method"] == "POST" and a["path"].rstrip("/") == "/refunds"]
+    posts = [a for a in access if _is_refund_post(a)]
     q = {
         "total_cents": sum(r["amount"] for r in ledger),
         "agent_cents": sum(r["amount"] for r in agent),
@@ -545,7 +737,9 @@ def evaluate(scn: Scenario, variant: Variant, system: str, tier: int, ledger: li
         expected = f"${pred['total_cents'] / 100:.0f}" + (f" {pred['status']}"
                                                           if pred.get("status") else "")  # fmt: skip
     held = None
-    if pred:
+    # A prediction is for the scenario's instrumented crash point; a run whose crash was an
+    # external SIGKILL at a random time is not checked against it (only against the oracle).
+    if pred and not external_crash:
         held = q["total_cents"] == pred["total_cents"] and (
             not pred.get("status") or pred["status"] == status
         )
@@ -567,8 +761,8 @@ def evaluate(scn: Scenario, variant: Variant, system: str, tier: int, ledger: li
 
 
 def run_one(services: Services, scn: Scenario, variant: Variant, system: str, tier: int,
-            seed: int, out_dir: Path) -> dict:  # fmt: skip
-    rec = Run(services, scn, variant, system, tier, seed, out_dir).execute()
+            seed: int, out_dir: Path, api: str = "local") -> dict:  # fmt: skip
+    rec = Run(services, scn, variant, system, tier, seed, out_dir, api).execute()
     path = out_dir / f"{rec['identity']['run_id']}.json"
     path.write_text(json.dumps(rec, indent=1, sort_keys=True))
     return rec
@@ -578,15 +772,24 @@ def run_one(services: Services, scn: Scenario, variant: Variant, system: str, ti
 
 
 def plan(scns: list[Scenario], seeds: int | None, size: str, systems: list[str] | None,
-         tiers: list[int] | None) -> list[tuple[Scenario, Variant, str, int, int]]:  # fmt: skip
+         tiers: list[int] | None, stripe: bool = False,
+         apis: tuple[str, ...] = ("local",)) -> list[tuple]:  # fmt: skip
+    """(scenario, variant, system, tier, seed, api) for every run. `stripe` adds the Stripe
+    table's runs: S01-S03 at tier 1 for every system through the Stripe subset (EMULATED).
+    `apis` = ("stripe",) plans only those."""
     out = []
     for scn in scns:
         n = seeds or scn.seeds[size]
         for vname, system, tier in scn.cells():
             if (systems and system not in systems) or (tiers and tier not in tiers):
                 continue
-            for seed in range(n):
-                out.append((scn, scn.variant(vname), system, tier, seed))
+            for api in apis:
+                if api == "stripe" and not (scn.id in STRIPE_SCENARIOS and tier == 1):
+                    continue
+                for seed in range(n):
+                    out.append((scn, scn.variant(vname), system, tier, seed, api))
+    if stripe and "stripe" not in apis:
+        out += plan(scns, seeds, size, systems, tiers, apis=("stripe",))
     return out
 
 
@@ -597,25 +800,26 @@ def sweep(services: Services, runs: list[tuple], out_dir: Path, jobs: int = 2,
     results: list[dict] = []
     todo = []
     for item in runs:
-        scn, variant, system, tier, seed = item
-        path = out_dir / f"{scn.id}-{variant.name}-{system}-t{tier}-s{seed}.json"
+        scn, variant, system, tier, seed, api = _item(item)
+        path = out_dir / f"{run_name(scn.id, variant.name, system, tier, seed, api)}.json"
         done_before = json.loads(path.read_text()) if resume and path.exists() else None
         if done_before and not done_before.get("error"):  # a harness error is run again
             results.append(done_before)
         else:
-            todo.append(item)
+            todo.append(_item(item))
     t0, done, bad = time.time(), 0, 0
     total = len(todo)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futs = {pool.submit(run_one, services, *item, out_dir): item for item in todo}
+        futs = {pool.submit(run_one, services, *item[:5], out_dir, item[5]): item for item in todo}
         for fut in as_completed(futs):
-            scn, variant, system, tier, seed = futs[fut]
+            scn, variant, system, tier, seed, api = futs[fut]
             try:
                 rec = fut.result()
             except Exception as e:  # noqa: BLE001 - setup failure: record and go on
-                rec = {"identity": {"run_id": f"{scn.id}-{variant.name}-{system}-t{tier}-s{seed}",
+                rec = {"identity": {"run_id": run_name(scn.id, variant.name, system, tier, seed,
+                                                       api),
                                     "scenario": scn.id, "variant": variant.name,
-                                    "system": system, "tier": tier, "seed": seed},
+                                    "system": system, "tier": tier, "seed": seed, "api": api},
                        "outcome": {"correct": False, "harness_error": repr(e)},
                        "error": repr(e)}  # fmt: skip
             results.append(rec)
@@ -629,6 +833,11 @@ def sweep(services: Services, runs: list[tuple], out_dir: Path, jobs: int = 2,
                      f"{' (error: ' + str(rec.get('error')) + ')' if rec.get('error') else ''}"
                      f" | incorrect so far {bad} | {el:.0f}s elapsed, ~{eta:.0f}s left")  # fmt: skip
     return results
+
+
+def _item(item: tuple) -> tuple:
+    """A planned run as a 6-tuple (older callers pass 5: the local API)."""
+    return tuple(item) if len(item) == 6 else (*item, "local")
 
 
 def family(system: str) -> str:

@@ -43,12 +43,16 @@ DEFAULT_TIMING: dict[str, float] = {
     "temporal_workers": 1,
     "temporal_sticky_timeout": 2.0,  # shortened from the SDK default 10 s (latency only)
     "run_timeout": 120.0,  # give up waiting for a result after this long (the run is recorded)
+    # seeded external SIGKILL: uniform in [0, this) s after the approval (prove.runner.crash_plan)
+    "external_kill_window": 2.0,
 }
 
 # Timeline actions: name -> (kind, allowed argument names). Kinds: drive (the case itself),
 # fault (crashes, restarts, proxies), world (events in the world the agent acts on), wait.
 ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "workers": ("drive", ("kill_at", "count")),  # start worker subprocesses (maybe armed)
+    # start worker subprocesses (maybe armed; via_proxy: through the run's fault proxy to
+    # Postgres or the Temporal server)
+    "workers": ("drive", ("kill_at", "count", "via_proxy")),
     "start": ("drive", ()),  # start the workflow
     "approve": ("drive", ("amount",)),  # a person approves {amount} (runtime: rt.approve)
     "wait_crash": ("wait", ()),  # until the armed worker died by its kill point (SIGKILL)
@@ -58,9 +62,14 @@ ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hand_refund": ("world", ("amount",)),  # a person refunds through the target's admin
     "revoke": ("world", ()),  # the approval is revoked (Temporal: the same revoked_at update)
     "prune_keys": ("world", ()),  # EMULATED key expiry at the target
-    "target_delay": ("fault", ("ms",)),  # service delay inside POST /refunds
+    "target_delay": ("fault", ("ms", "count")),  # service delay in POST /refunds (next count)
     "redecide": ("world", ("on",)),  # EMULATED model variance: later calls answer 3000
     "wait_result": ("wait", ()),  # until the workflow ends (or run_timeout)
+    # S05: runtime rt.fork at the decision (then the person approves `approve` again);
+    # Temporal `temporal workflow reset --type FirstWorkflowTask` (the signal is reapplied)
+    "fork": ("world", ("approve",)),
+    "wait_send": ("wait", ()),  # until the first refund POST arrived at the target (t_send)
+    "partition": ("fault", ("after", "until")),  # blackhole the proxy, t_send+after..+until
 }
 QUANTITIES = ("total_cents", "agent_cents", "hand_cents", "agent_applications", "agent_sends")
 COMPARATORS = ("eq", "le", "ge")

@@ -15,8 +15,9 @@ its refunds at tiers 2 and 3). A refund larger than ``paid - refunded_total`` is
 
 Admin: ``POST /admin/payments {id, paid}``, ``POST /admin/hand_refund {payment, amount}`` (a
 refund made by a person, no key), ``POST /admin/prune_keys`` (EMULATED: forgets every stored
-idempotency key, standing in for Stripe's 24 h pruning), ``POST /admin/delay {ms}`` (service delay
-inside each ``POST /refunds``, after arrival and before the ledger write),
+idempotency key, standing in for Stripe's 24 h pruning), ``POST /admin/delay {ms[, count]}`` (service delay
+inside each ``POST /refunds``, after arrival and before the ledger write; with ``count`` only the
+next ``count`` POSTs are delayed), ``Target(lookup=False)`` (a tier-1/2 target without lookups),
 ``GET /admin/log[?since=ID&path=P&method=M]``, ``GET /admin/ledger``, ``GET /admin/config``.
 
 Access log: every request gets a row at arrival (``time.time()`` once the request line and
@@ -624,6 +625,7 @@ class Target:
         host: str = "127.0.0.1",
         port: int = 0,
         delay_ms: float = 0,
+        lookup: bool = True,
     ) -> None:
         if tier not in (1, 2, 3):
             raise ValueError(f"tier must be 1, 2 or 3, not {tier!r}")
@@ -633,6 +635,11 @@ class Target:
         self.tier = tier
         self.host, self.port = host, port
         self.delay_ms = float(delay_ms)
+        # How many more POSTs get the service delay (None: every one); S08 delays one request.
+        self.delay_count: int | None = None
+        self._delay_lock = threading.Lock()
+        # lookup=False: a tier-1/2 target that answers no lookups (S04's non-queryable variant).
+        self.lookup = bool(lookup) and tier in (1, 2)
         self._own_db = db is None
         if db is None:
             fd, db = tempfile.mkstemp(prefix="ilr-target-", suffix=".sqlite")
@@ -683,8 +690,9 @@ class Target:
         return {
             "tier": self.tier,
             "dedupes": self.tier == 1,
-            "lookup": self.tier in (1, 2),
+            "lookup": self.lookup,
             "delay_ms": self.delay_ms,
+            "delay_count": self.delay_count,
             "db": self.db_path,
             "emulated": EMULATED,
         }
@@ -701,15 +709,26 @@ class Target:
         metadata = payload.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise _bad("invalid_request", "metadata must be an object")
-        if self.delay_ms > 0:  # service delay: after arrival, before the ledger write
-            time.sleep(self.delay_ms / 1000.0)
+        self._service_delay()
         return self.ledger.refund(payment, amount, metadata, header_key, log_id)
+
+    def _service_delay(self) -> None:
+        """The service delay: after arrival, before the ledger write (maybe only N times)."""
+        with self._delay_lock:
+            ms = self.delay_ms
+            if self.delay_count is not None:
+                if self.delay_count <= 0:
+                    ms = 0.0
+                else:
+                    self.delay_count -= 1
+        if ms > 0:
+            time.sleep(ms / 1000.0)
 
     def route(self, method: str, path: str, query: dict, payload: Any, log_id: int) -> Any:
         body = payload if isinstance(payload, dict) else {}
         if method == "GET" and path == "/refunds":
-            if self.tier == 3:
-                raise _bad("no_lookup", "a tier 3 target has no refund lookup", 404)
+            if not self.lookup:
+                raise _bad("no_lookup", f"this tier {self.tier} target has no refund lookup", 404)
             return self.ledger.find_refunds(query.get("payment"), query.get("key"))
         if method == "GET" and path.startswith("/payments/"):
             pid = path[len("/payments/") :]
@@ -733,8 +752,13 @@ class Target:
             ms = body.get("ms")
             if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms < 0:
                 raise _bad("invalid_request", f"ms must be a number >= 0, got {ms!r}")
-            self.delay_ms = float(ms)
-            return {"delay_ms": self.delay_ms}
+            count = body.get("count")
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                                      or count < 0):  # fmt: skip
+                raise _bad("invalid_request", f"count must be an integer >= 0, got {count!r}")
+            with self._delay_lock:
+                self.delay_ms, self.delay_count = float(ms), count
+            return {"delay_ms": self.delay_ms, "delay_count": self.delay_count}
         if method == "GET" and path == "/admin/log":
             since = int(query.get("since") or 0)
             return self.ledger.access_log(since, query.get("path"), query.get("method"))
@@ -776,8 +800,8 @@ class Target:
                                        "/v1/payment_intents/{id}")  # fmt: skip
 
     def _stripe_lookup_allowed(self) -> None:
-        if self.tier == 3:
-            raise _stripe_error(404, "no_lookup", "a tier 3 target has no refund lookup")
+        if not self.lookup:
+            raise _stripe_error(404, "no_lookup", f"this tier {self.tier} target has no lookup")
 
     def _stripe_create_refund(
         self, form: dict, header_key: str | None, log_id: int
@@ -810,8 +834,7 @@ class Target:
                                     "going through): please retry later.") from None  # fmt: skip
             claimed = header_key
         try:
-            if self.delay_ms > 0:  # service delay: after arrival, before the ledger write
-                time.sleep(self.delay_ms / 1000.0)
+            self._service_delay()
             try:
                 r = self.ledger.refund(pid, int(amount), metadata, header_key, log_id)
             except _Reply as e:

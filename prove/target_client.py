@@ -260,8 +260,12 @@ class TargetAdmin:
         """EMULATED: forget stored idempotency keys (stands in for Stripe's 24 h pruning)."""
         return self._call("POST", "/admin/prune_keys", {})
 
-    def set_delay(self, ms: float) -> dict:
-        return self._call("POST", "/admin/delay", {"ms": ms})
+    def set_delay(self, ms: float, count: int | None = None) -> dict:
+        """Service delay for POST /refunds; with ``count`` only the next ``count`` POSTs."""
+        body: dict[str, Any] = {"ms": ms}
+        if count is not None:
+            body["count"] = int(count)
+        return self._call("POST", "/admin/delay", body)
 
     def payment(self, payment: str) -> dict:
         return self._call("GET", f"/payments/{urllib.parse.quote(payment, safe='')}")
