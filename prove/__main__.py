@@ -2,14 +2,18 @@
 
     python -m prove [--quick | --full] [--scenarios S01,S02] [--seeds N]
                     [--systems runtime,temporal_idem,temporal_check] [--tiers 1,2,3]
-                    [--jobs 2] [--resume] [--no-report]
+                    [--jobs 2] [--resume] [--no-report] [--no-stripe]
+                    [--crash-plans seeded|instrumented|external]
+                    [--scenario-dir DIR] [--runs-dir DIR] [--temporal-port N]
 
-With no flags this is the quick sweep (each scenario's `seeds.quick`, 3 per cell). `--full`
-uses the spec's sizes (DESIGN B12: 100 per cell, fewer for some scenarios). It starts what it
-needs itself: the project's Postgres (or ILR_DSN) and a Temporal dev server on a throwaway
-SQLite file. Each run writes .data/prove/runs/<run_id>.json; `--resume` reuses finished runs.
+With no flags this is the quick sweep (each scenario's `seeds.quick` per cell, plus the Stripe
+table: S01-S03 at tier 1 through the Stripe-compatible subset, EMULATED). `--full` uses the
+spec's sizes (DESIGN B12: 100 per cell, fewer for some scenarios). It starts what it needs
+itself: the project's Postgres (or ILR_DSN) and a Temporal dev server on a throwaway SQLite
+file. Each run writes .data/prove/runs/<run_id>.json; `--resume` reuses finished runs.
 Exit status: 0 when the sweep ran (incorrect runs are results, not errors), 2 on bad input
-or a service that cannot start (finished run files are left intact).
+or a service that cannot start (finished run files are left intact: the runs directory is
+cleared only once every service is up).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import shutil
 import sys
 import time
 from contextlib import ExitStack
+from pathlib import Path
 
 from prove import report, runner
 from prove.scenario import SYSTEMS, ScenarioError, load_all
@@ -40,6 +45,25 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (2 on 2 cores)")
     ap.add_argument("--resume", action="store_true", help="reuse finished run files")
     ap.add_argument("--no-report", action="store_true", help="do not write results/")
+    ap.add_argument(
+        "--no-stripe",
+        action="store_true",
+        help="leave out the Stripe table (S01-S03 at tier 1 via Stripe, EMULATED)",
+    )
+    ap.add_argument(
+        "--crash-plans",
+        default="seeded",
+        choices=("seeded", "instrumented", "external"),
+        help="seeded: half the seeds an external SIGKILL (DESIGN B12)",
+    )
+    ap.add_argument("--scenario-dir", default=None, help="read scenarios here (default scenarios/)")
+    ap.add_argument("--runs-dir", default=None, help="write run files here (.data/prove/runs)")
+    ap.add_argument(
+        "--temporal-port",
+        type=int,
+        default=0,
+        help="the Temporal dev server's frontend port (default: a free one)",
+    )
     return ap
 
 
@@ -59,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"prove: --tiers takes 1, 2, 3, not {tiers}", file=sys.stderr)
         return 2
     try:
-        scns = load_all(_csv(args.scenarios))
+        if args.scenario_dir:
+            scns = load_all(_csv(args.scenarios), directory=args.scenario_dir)
+        else:
+            scns = load_all(_csv(args.scenarios))
     except ScenarioError as e:
         print(f"prove: {e}", file=sys.stderr)
         return 2
@@ -67,14 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         print("prove: no scenarios (scenarios/*.yaml); nothing to run", file=sys.stderr)
         return 2
     size = "full" if args.full else "quick"
-    runs = runner.plan(scns, args.seeds, size, systems, tiers)
+    runs = runner.plan(scns, args.seeds, size, systems, tiers, stripe=not args.no_stripe)
     if not runs:
         print("prove: the filters leave no run to do", file=sys.stderr)
         return 2
-    need_temporal = any(system != "runtime" for _, _, system, _, _ in runs)
-    out_dir = runner.DATA / "runs"
-    if not args.resume and out_dir.exists():
-        shutil.rmtree(out_dir)
+    need_temporal = any(item[2] != "runtime" for item in runs)
+    out_dir = Path(args.runs_dir) if args.runs_dir else runner.DATA / "runs"
 
     t0 = time.time()
     from interlock_runtime.testing import admin_dsn, template_database
@@ -90,18 +115,22 @@ def main(argv: list[str] | None = None) -> int:
         if need_temporal:
             from prove.temporal_server import TemporalDevServer
 
-            db_file = runner.DATA / "temporal.db"
+            db_file = out_dir.parent / "temporal.db"
             db_file.parent.mkdir(parents=True, exist_ok=True)
             for suffix in ("", "-wal", "-shm"):
                 db_file.with_name(db_file.name + suffix).unlink(missing_ok=True)
             try:
-                temporal = TemporalDevServer(db_file).start()
+                temporal = TemporalDevServer(db_file, port=args.temporal_port).start()
             except Exception as e:  # noqa: BLE001
                 print(f"prove: cannot start the Temporal dev server: {e}", file=sys.stderr)
                 return 2
             stack.callback(temporal.kill)
+        # Every service is up: only now may the previous sweep's run files go.
+        if not args.resume and out_dir.exists():
+            shutil.rmtree(out_dir)
         services = runner.Services(admin_dsn=admin, template=template, temporal=temporal,
-                                   runs_dir=out_dir, versions=runner.versions(admin))  # fmt: skip
+                                   runs_dir=out_dir, versions=runner.versions(admin),
+                                   crash_plans=args.crash_plans)  # fmt: skip
         print(f"prove: {len(runs)} runs ({size} sweep) over {len(scns)} scenario(s), "
               f"{args.jobs} at a time", flush=True)  # fmt: skip
         results = runner.sweep(services, runs, out_dir, jobs=args.jobs, resume=args.resume,

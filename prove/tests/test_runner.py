@@ -1,13 +1,16 @@
-"""Harness smoke test: one real cell end to end per system family (S01 at tier 1, one seed).
+"""Harness smoke tests: one real cell end to end per system (S01 at tier 1, one seed), the same
+cell through the Stripe-compatible subset (EMULATED), a seeded external SIGKILL, and bad input.
 
-Real worker subprocesses, a real SIGKILL at the kill point, a real target and Temporal dev
-server; the run file must hold what DESIGN B12 asks for, and the oracle must agree with the
-ledger. The two runs go in parallel (the runner's own pool), well under two minutes.
+Real worker subprocesses, a real SIGKILL (at the kill point, or from the runner at a seeded
+time), a real target and Temporal dev server; the run file must hold what DESIGN B12 asks for,
+and the oracle must agree with the ledger. The runs of one test go in parallel (the runner's
+own pool).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -23,47 +26,185 @@ def services(tmp_path_factory):
     with template_database(admin) as tpl:
         server = TemporalDevServer(tmp_path_factory.mktemp("temporal") / "temporal.db").start()
         try:
-            yield runner.Services(admin, tpl, server, versions=runner.versions(admin))
+            # the smoke cells check the instrumented kill point; the external plan has its test
+            yield runner.Services(admin, tpl, server, versions=runner.versions(admin),
+                                  crash_plans="instrumented")  # fmt: skip
         finally:
             server.kill()
 
 
-def test_one_cell_per_system_end_to_end(services, tmp_path) -> None:
+def _check_common(rec: dict, tmp_path) -> None:
+    assert rec["error"] is None, rec["faults"]["timeline"]
+    assert json.loads((tmp_path / f"{rec['identity']['run_id']}.json").read_text()) == rec
+    assert rec["versions"]["git_commit"] and rec["timings"]["end_to_end"] > 0
+    assert rec["model_calls"] and rec["model_calls"][0]["emulated"]
+    refunds = rec["ground_truth"]["ledger"]
+    assert [r["amount"] for r in refunds] == [2000]
+    oc = rec["outcome"]
+    assert oc["correct"] and oc["duplicate_applications"] == 0 and oc["prediction_held"]
+
+
+def test_one_cell_per_system_and_the_stripe_cell(services, tmp_path) -> None:
     (s01,) = load_all(["S01"])
-    runs = runner.plan([s01], 1, "quick", ["runtime", "temporal_idem"], [1])
-    assert [(r[2], r[3], r[4]) for r in runs] == [("runtime", 1, 0), ("temporal_idem", 1, 0)]
+    runs = runner.plan([s01], 1, "quick", None, [1])
+    runs += runner.plan([s01], 1, "quick", ["runtime"], [1], apis=("stripe",))
+    assert [(r[2], r[3], r[4], r[5]) for r in runs] == [
+        ("runtime", 1, 0, "local"),
+        ("temporal_idem", 1, 0, "local"),
+        ("temporal_check", 1, 0, "local"),
+        ("runtime", 1, 0, "stripe"),
+    ]
     results = runner.sweep(services, runs, tmp_path, jobs=2, progress=lambda _: None)
-    by = {r["identity"]["system"]: r for r in results}
+    by = {(r["identity"]["system"], r["identity"]["api"]): r for r in results}
+    assert len(by) == 4
     for rec in by.values():
-        assert rec["error"] is None, rec["faults"]["timeline"]
-        assert json.loads((tmp_path / f"{rec['identity']['run_id']}.json").read_text()) == rec
+        _check_common(rec, tmp_path)
+        assert rec["faults"]["crash_plan"]["kind"] == "instrumented"
         assert rec["faults"]["crashed_by_kill_point"] is True  # a real SIGKILL (-9)
-        assert any(
-            e["what"] == "sigkill" or e["what"] == "crashed" for e in rec["faults"]["timeline"]
-        )
-        refunds = rec["ground_truth"]["ledger"]
-        assert [r["amount"] for r in refunds] == [2000]
-        oc = rec["outcome"]
-        assert oc["correct"] and oc["duplicate_applications"] == 0 and oc["prediction_held"]
-        assert oc["quantities"]["agent_sends"] == 2  # the original send and the deduped resend
-        assert rec["versions"]["git_commit"] and rec["timings"]["end_to_end"] > 0
-        assert rec["model_calls"] and rec["model_calls"][0]["emulated"]
-    rt = by["runtime"]
+        assert any(e["what"] == "crashed" for e in rec["faults"]["timeline"])
+        if rec["identity"]["system"] == "runtime":  # `down` SIGKILLs the two other workers
+            assert sum(e["what"] == "sigkill" for e in rec["faults"]["timeline"]) == 2
+        # the send and the deduped resend; (b)'s retry finds its refund and sends nothing
+        sends = 1 if rec["identity"]["system"] == "temporal_check" else 2
+        assert rec["outcome"]["quantities"]["agent_sends"] == sends
+
+    rt = by[("runtime", "local")]
     assert rt["outcome"]["observed"] == "$20 COMMITTED_BY_RETRY"
     assert rt["artifacts"]["receipt_verify"]["valid"]
     assert rt["artifacts"]["invariants"] == {}  # every catalog code check held
     assert len(rt["artifacts"]["claim_history"]) >= 2
-    tm = by["temporal_idem"]
-    assert [a["attempt"] for a in tm["artifacts"]["attempts"] if a["activity"] == "refund"] == [
-        1,
-        2,
-    ]
+    for mode in ("temporal_idem", "temporal_check"):
+        tm = by[(mode, "local")]
+        refunds = [a for a in tm["artifacts"]["attempts"] if a["activity"] == "refund"]
+        assert [a["attempt"] for a in refunds] == [1, 2]
+        assert refunds[0]["outcome"] == "incomplete"  # its worker died at effect_after_send
+    # (b) looked its refund up on the retry and returned it without a second POST
+    check = [a for a in by[("temporal_check", "local")]["artifacts"]["attempts"]
+             if a["activity"] == "refund"]  # fmt: skip
+    assert check[1]["checks"]["lookup"]["found"]
+
+    # The Stripe cell: every send went to POST /v1/refunds with the SDK's Idempotency-Key; the
+    # oracle must count them (it once counted /refunds only, and saw 0 sends).
+    st = by[("runtime", "stripe")]
+    assert st["outcome"]["observed"] == "$20 COMMITTED_BY_RETRY"
+    posts = [a for a in st["ground_truth"]["access_log"] if a["method"] == "POST"
+             and a["path"] == "/v1/refunds"]  # fmt: skip
+    assert len(posts) == 2 and len({a["key"] for a in posts}) == 1 and posts[0]["key"]
+    assert st["ground_truth"]["ledger"][0]["id"].startswith("re_")
+    assert any("stripe" in e for e in st["faults"]["emulated"])
 
     cells = report.aggregate([s01], results)
-    assert {(c["system"], c["n"], c["correct"]) for c in cells} == {("runtime", 1, 1),
-                                                                  ("temporal_idem", 1, 1)}  # fmt: skip
+    assert {(c["system"], c["api"], c["n"], c["correct"]) for c in cells} == {
+        ("runtime", "local", 1, 1),
+        ("temporal_idem", "local", 1, 1),
+        ("temporal_check", "local", 1, 1),
+        ("runtime", "stripe", 1, 1),
+    }
     md, js = report.write([s01], results, services.versions, 1.0, out_dir=tmp_path / "results")
     text = md.read_text()
     assert "| S01 | 1 | base |" in text and "EMULATED" in text and "A1" in text
     assert 'key = f"{info.workflow_run_id}-{info.activity_id}"' in text
+    stripe_section = text.split("## 3. Stripe-compatible (EMULATED)")[1].split("## 4.")[0]
+    assert "| S01 | 1 | 100% (1)" in stripe_section and "re_" in stripe_section
     assert json.loads(js.read_text())["cells"]
+
+
+def test_crash_plans_are_seeded_half_external() -> None:
+    (s01,) = load_all(["S01"])
+    v = s01.variant("base")
+    plans = [runner.crash_plan(s01, v, "runtime", 1, seed) for seed in range(10)]
+    assert plans == [runner.crash_plan(s01, v, "runtime", 1, seed) for seed in range(10)]
+    kinds = [p["kind"] for p in plans]
+    assert kinds.count("external") == 5 and kinds.count("instrumented") == 5
+    for p in plans:
+        if p["kind"] == "external":
+            assert 0 <= p["at"] < p["window"] and p["replaces"] == ["effect_after_send"]
+    assert runner.crash_plan(s01, v, "runtime", 1, 1, mode="instrumented")["kind"] == (
+        "instrumented"
+    )
+    # a scenario that crashes before the approval keeps its instrumented point
+    (s05b,) = load_all(["S05b"])
+    for seed in range(4):
+        plan = runner.crash_plan(s05b, s05b.variant("base"), "runtime", 1, seed)
+        assert plan["kind"] == "instrumented"
+
+
+def test_an_external_sigkill_run_is_recorded(services, tmp_path) -> None:
+    (s01,) = load_all(["S01"])
+    ext = runner.Services(services.admin_dsn, services.template, services.temporal,
+                          versions=services.versions, crash_plans="external")  # fmt: skip
+    (rec,) = runner.sweep(ext, runner.plan([s01], 1, "quick", ["runtime"], [1]), tmp_path,
+                          jobs=1, progress=lambda _: None)  # fmt: skip
+    assert rec["error"] is None, rec["faults"]["timeline"]
+    plan = rec["faults"]["crash_plan"]
+    assert plan["kind"] == "external" and plan["killed"] and "fired_at" in plan
+    kills = [e for e in rec["faults"]["timeline"] if e["what"] == "external_sigkill"]
+    assert kills and kills[0]["pids"] == plan["killed"]
+    # every worker started unarmed: the crash came from the runner, not a kill point
+    assert all(e["kill_at"] is None for e in rec["faults"]["timeline"]
+               if e["what"] == "worker_start")  # fmt: skip
+    oc = rec["outcome"]
+    assert oc["prediction_held"] is None  # predictions are for the instrumented point
+    assert oc["correct"], oc  # the oracle still judges it: one refund, at most once
+    assert [r["amount"] for r in rec["ground_truth"]["ledger"]] == [2000]
+
+
+# -- bad input: a clear message, exit status 2, finished runs left intact
+
+
+def _finished_run(runs_dir):
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    done = runs_dir / "S01-base-runtime-t1-s0.json"
+    done.write_text('{"finished": true}')
+    return done
+
+
+def test_cli_yaml_error_names_the_file_and_line(tmp_path, capsys) -> None:
+    from prove.__main__ import main
+
+    (tmp_path / "S01.yaml").write_text("id: S01\ntitle: [unclosed\n")
+    done = _finished_run(tmp_path / "runs")
+    code = main(["--scenario-dir", str(tmp_path), "--runs-dir", str(tmp_path / "runs"),
+                 "--no-report"])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "S01.yaml:" in err and "not valid YAML" in err
+    assert done.read_text() == '{"finished": true}'
+
+
+def test_cli_unknown_scenario_id(tmp_path, capsys) -> None:
+    from prove.__main__ import main
+
+    done = _finished_run(tmp_path / "runs")
+    assert main(["--scenarios", "S42", "--runs-dir", str(tmp_path / "runs"), "--no-report"]) == 2
+    assert "unknown scenario id(s) ['S42']" in capsys.readouterr().err
+    assert done.exists()
+
+
+def test_cli_temporal_missing_leaves_runs_intact(tmp_path, capsys, monkeypatch) -> None:
+    from prove.__main__ import main
+
+    monkeypatch.setenv("ILR_TEMPORAL_BIN", str(tmp_path / "no-such-temporal"))
+    done = _finished_run(tmp_path / "runs")
+    code = main(["--scenarios", "S01", "--systems", "temporal_idem", "--tiers", "1",
+                 "--seeds", "1", "--runs-dir", str(tmp_path / "runs"), "--no-report"])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "cannot start the Temporal dev server" in err and "ILR_TEMPORAL_BIN" in err
+    assert done.read_text() == '{"finished": true}'
+
+
+def test_cli_temporal_port_taken_leaves_runs_intact(tmp_path, capsys) -> None:
+    from prove.__main__ import main
+
+    done = _finished_run(tmp_path / "runs")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        code = main(["--scenarios", "S01", "--systems", "temporal_check", "--tiers", "1",
+                     "--seeds", "1", "--runs-dir", str(tmp_path / "runs"), "--no-report",
+                     "--temporal-port", str(s.getsockname()[1])])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "cannot start the Temporal dev server" in err and "already taken" in err
+    assert done.read_text() == '{"finished": true}'
