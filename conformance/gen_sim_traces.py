@@ -59,8 +59,9 @@ def render(cat, cfg, depth: int, module: str, with_send: bool) -> tuple[str, str
     return tla, "\n".join(lines) + "\n"
 
 
-def simulate(cat, cfg_name: str, seed: int, depth: int, with_send: bool,
-             timeout: int = 300) -> dict:
+def simulate(
+    cat, cfg_name: str, seed: int, depth: int, with_send: bool, timeout: int = 300
+) -> dict:
     cfg = cat.config(cfg_name)
     with tempfile.TemporaryDirectory(prefix="ilr-sim-") as tmp:
         module = f"Sim_{cfg_name}_{seed}"

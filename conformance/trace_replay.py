@@ -418,7 +418,9 @@ def _temporal_step(trace: Trace, i: int, action: str, changed: list[str], worker
                "TSend": "Send", "TComplete": "TCommit", "TGiveUp": "SendExpire"}[action]  # fmt: skip
 
 
-def _holds(trace: Trace, sends_at: dict[int, int], processed_at: dict[int, int]) -> dict[int, float]:
+def _holds(
+    trace: Trace, sends_at: dict[int, int], processed_at: dict[int, int]
+) -> dict[int, float]:
     """Seconds the target holds each request: the ticks between its send and its processing
     (half a tick when other steps come between them in the same tick). Without SERVER_SLOW the
     hold stays inside A2 (before send_deadline + settle_margin)."""
@@ -489,6 +491,11 @@ class Replay:
         self.origin: float | None = None
         self.posts_seen = 0
         self._signal_thread: threading.Thread | None = None
+        self._t0 = time.monotonic()
+        self.timeline: list[tuple[str, float]] = []
+
+    def mark(self, what: str) -> None:
+        self.timeline.append((what, round(time.monotonic() - self._t0, 2)))
 
     # -- helpers ----------------------------------------------------------------------------
     def _consts(self, name: str, default: int = 1) -> int:
@@ -536,13 +543,14 @@ class Replay:
 
     def _step_timeout(self) -> float:
         c = self.t.consts
-        return (c.get("LeaseTTL", 2) + c.get("SendTimeout", 1) + c.get("SettleMargin", 1) + 2) * TICK
+        return (
+            c.get("LeaseTTL", 2) + c.get("SendTimeout", 1) + c.get("SettleMargin", 1) + 2
+        ) * TICK
 
     # -- ops --------------------------------------------------------------------------------
     def do(self, op: Op) -> None:
-        from prove.target_client import TargetAdmin
-
         from interlock_runtime import WorkflowFinished
+        from prove.target_client import TargetAdmin
 
         admin = TargetAdmin(self.target.url)
         if op.kind == "run":
@@ -587,10 +595,13 @@ class Replay:
         elif op.kind == "process":
             # the target answers the held request: wait until it has ended
             if op.arg is not None:
-                ok = self._wait(lambda: len([r for r in self._posts() if r.get("end")])
-                                >= op.arg, self._step_timeout())  # fmt: skip
+                # a request the runtime never sent (the fix refused it) is not waited for long
+                ok = self._wait(lambda: len(self._posts()) >= op.arg, TICK) and self._wait(
+                    lambda: len([r for r in self._posts() if r.get("end")]) >= op.arg,
+                    self._step_timeout())  # fmt: skip
                 if not ok:
-                    self.divergences.append(f"state {op.index}: request {op.arg} never ended")
+                    self.divergences.append(f"state {op.index}: request {op.arg} was not "
+                                            "sent, or never ended")  # fmt: skip
             admin.set_delay(0)
         elif op.kind in ("signal", "signal_begin"):
             # rt.signal locks the row and commits in one call; begin starts it concurrently
@@ -637,8 +648,11 @@ class Replay:
         if op.pause is None:
             return
         if op.pause == "target":
+            # sent at once, or after a takeover claim (the lease) and its send budget
+            c = self.t.consts
+            budget = (c.get("LeaseTTL", 2) + c.get("SendTimeout", 1)) * TICK + 1
             ok = self._wait(lambda: len(self._posts()) >= sid or not self._alive(p)
-                            or self._ended_since(p, mark), self._step_timeout())  # fmt: skip
+                            or self._ended_since(p, mark), budget)  # fmt: skip
         else:
             ok = self._wait(lambda: self._stopped(p) or not self._alive(p)
                             or self._ended_since(p, mark), self._step_timeout() + 10)  # fmt: skip
@@ -650,10 +664,9 @@ class Replay:
 
     # -- the whole replay -------------------------------------------------------------------
     def run(self) -> ReplayResult:
-        from prove.target_client import TargetAdmin
-
         from interlock_runtime import Runtime, db, testing
         from interlock_runtime.invariants import check_all, snapshot
+        from prove.target_client import TargetAdmin
 
         t0 = time.monotonic()
         c = self.t.consts
@@ -675,7 +688,9 @@ class Replay:
 
                     with db.connect(dsn) as conn, snapshot(conn, world, events) as ev:
                         results = check_all(ev)
-                        claims = conn.execute("select count(*) as n from ilr.claims").fetchone()["n"]
+                        claims = conn.execute("select count(*) as n from ilr.claims").fetchone()[
+                            "n"
+                        ]
                     ledger = [r for r in admin.ledger()["refunds"] if r.get("key")]
                     posts = self._posts()
             finally:
@@ -696,11 +711,12 @@ class Replay:
         c = self.t.consts
         # every model worker's first process, started before the workflow exists and stopped
         # until the trace moves it (so no worker claims before the trace says so)
-        for w in self.s.workers:
-            p = self._spawn(w)
+        first = [self._spawn(w) for w in self.s.workers]
+        for p in first:
             p.wait_event("registered", timeout=60)
             p.signal(signal.SIGSTOP)
             p.wait_stopped()
+        self.mark("workers up")
         self.wf = f"replay-{self.t.name[:40]}".replace("_", "-").lower()
         if self.t.spec == "Signals":
             rt.start("replay_signals", self.wf, {"sleep": self._consts("SleepFor", 2) * TICK})
@@ -719,7 +735,10 @@ class Replay:
                 "grant": self.grant, "offer_file": str(self.offer)})  # fmt: skip
         for op in self.s.ops:
             self.do(op)
-        return self._settle(rt)
+        self.mark("schedule done")
+        status = self._settle(rt)
+        self.mark("settled")
+        return status
 
     def _settle(self, rt) -> str | None:
         """After the schedule the world runs freely: every process goes on, a healthy worker
@@ -834,10 +853,17 @@ def write_report(results: list[ReplayResult], wall: float) -> tuple[Path, Path]:
                      f"{r.sends_seen} | {r.applied} | {viol} | {len(r.divergences)} | "
                      f"{r.seconds} |")  # fmt: skip
     if doc["seeds"]:
-        lines += ["", f"Simulation seeds (conformance/sim_traces): {', '.join(map(str, doc['seeds']))}"]
-    lines += ["", "Divergences are places where the real system did not follow the model's "
-              "schedule (for a broken trace: where the fix stopped it, e.g. a fenced write or "
-              "a refused dispatch); the trace still ran to a settled world and was checked.", ""]
+        lines += [
+            "",
+            f"Simulation seeds (conformance/sim_traces): {', '.join(map(str, doc['seeds']))}",
+        ]
+    lines += [
+        "",
+        "Divergences are places where the real system did not follow the model's "
+        "schedule (for a broken trace: where the fix stopped it, e.g. a fenced write or "
+        "a refused dispatch); the trace still ran to a settled world and was checked.",
+        "",
+    ]
     mpath.write_text("\n".join(lines))
     return jpath, mpath
 
@@ -866,8 +892,11 @@ def main(argv: list[str] | None = None) -> int:
         for i, p in enumerate(paths):
             r = replay(p, admin, template, Path(tmp) / f"r{i}")
             results.append(r)
-            print(f"{r.trace}: {r.status}, sends {r.sends_seen}, applied {r.applied}, "
-                  f"violations {sorted(r.violations) or 'none'}, {r.seconds}s", flush=True)
+            print(
+                f"{r.trace}: {r.status}, sends {r.sends_seen}, applied {r.applied}, "
+                f"violations {sorted(r.violations) or 'none'}, {r.seconds}s",
+                flush=True,
+            )
     if opts.report:
         j, m = write_report(results, time.monotonic() - t0)
         print(f"wrote {j.relative_to(REPO)} and {m.relative_to(REPO)}")
