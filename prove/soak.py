@@ -79,7 +79,8 @@ DEFAULTS: dict[str, Any] = {
     "late_approval_frac": 0.5,  # approved once waiting (else approved right after the start)
     "fate_window": 1.0,  # a random-mode chaos action hits within this many seconds of the start
     "max_inflight": 160,
-    "drain_s": 120.0,  # reserved at the end: no starts, no chaos, everything must settle
+    "start_rate": None,  # starts per second; default: spread over the run minus the drain
+    "drain_s": 60.0,  # reserved at the end: no starts, no chaos, everything must settle
     "sample_every": 240.0,  # invariant samples during the run (0: only at the end)
     "rss_every": 1.0,
 }
@@ -364,7 +365,8 @@ class Soak:
         cfg, log = self.cfg, self.log
         total = cfg["minutes"] * 60.0
         window = max(1.0, total - min(cfg["drain_s"], total / 2))
-        interval = 0.9 * window / max(1, cfg["workflows"])
+        paced = window / max(1, cfg["workflows"])
+        interval = 1.0 / cfg["start_rate"] if cfg["start_rate"] else paced
         admin = testing.admin_dsn()
         with ExitStack() as stack:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ilr-soak-")))
@@ -391,16 +393,20 @@ class Soak:
             while True:
                 now = time.monotonic()
                 if phase == "chaos":
-                    while (started < cfg["workflows"] and now >= next_start
-                           and len(self.inflight) < cfg["max_inflight"]):  # fmt: skip
-                        self.start_case(started)
-                        started += 1
-                        next_start += interval
                     if now >= next_kill:
                         slot = self.rng.choice(self.fleet.killable())
                         self.fleet.sigkill(slot)
                         self.chaos["sigkills"] += 1
                         next_kill = now + self.rng.uniform(0.5, 1.5) * cfg["kill_every"]
+                    # Behind schedule, start in bursts of at most 0.2 s so that kills, chaos
+                    # actions and approvals keep their pace.
+                    budget = time.monotonic() + 0.2
+                    while (started < cfg["workflows"] and now >= next_start
+                           and len(self.inflight) < cfg["max_inflight"]
+                           and time.monotonic() < budget):  # fmt: skip
+                        self.start_case(started)
+                        started += 1
+                        next_start += interval
                     self.fates(now)
                     all_in = started >= cfg["workflows"] and self.chaos["sigkills"] > 0
                     if all_in or now >= t0 + window:
