@@ -19,6 +19,7 @@ import os
 import platform
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -422,7 +423,11 @@ class Run:
         self.forked_from: list[str] = []
         self.case_id = f"case-4471-{suffix}"
         self.dir = out_dir / self.run_id
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # A run that is run again (after a harness error) starts from nothing: its old ledger
+        # and logs would otherwise be read as this run's ground truth.
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True)
         self.stack = ExitStack()
         self.t0 = time.time()
         self.log: list[dict] = []  # faults, world events, signals: what happened when

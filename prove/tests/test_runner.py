@@ -208,3 +208,15 @@ def test_cli_temporal_port_taken_leaves_runs_intact(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert "cannot start the Temporal dev server" in err and "already taken" in err
     assert done.read_text() == '{"finished": true}'
+
+
+def test_a_run_run_again_starts_from_an_empty_directory(tmp_path) -> None:
+    # Found while re-running runs after a harness error: the old run's SQLite ledger was
+    # reopened by the new target and its refunds counted as the new run's ground truth.
+    (s01,) = load_all(["S01"])
+    old = tmp_path / runner.run_name("S01", "base", "runtime", 1, 0)
+    old.mkdir()
+    (old / "ledger.sqlite").write_text("the previous run's ledger")
+    svc = runner.Services("unused", "unused")
+    run = runner.Run(svc, s01, s01.variant("base"), "runtime", 1, 0, tmp_path)
+    assert run.dir == old and list(old.iterdir()) == []
