@@ -154,6 +154,12 @@ class WorkflowContext:
         self._stopping = stopping or threading.Event()
         self._unwinding: BaseException | None = None  # re-raised if workflow code swallows it
         self._cancel_delivered = False
+        # A step's record waits here until the next write or the next real call, whichever comes
+        # first: a workflow that returns right after its last step commits that step and its
+        # completion in one transaction (one fsync fewer). The window is workflow code only (no
+        # body, no send runs in it), so a crash there looks exactly like a crash just before the
+        # record: the step runs again, as it may after any crash before its record.
+        self._pending: list[dict] = []
         self.worker_id = worker_id
 
     # -- identity -------------------------------------------------------------------------
@@ -217,6 +223,7 @@ class WorkflowContext:
             )
         if self._stopping.is_set():
             self._raise(Release(f"{run.workflow_id}: worker stopping"))
+        self._flush()  # its fence may bring news of a cancel, delivered just below
         if run.cancel_requested_at is not None and not self._cancel_delivered:
             self._cancel_delivered = True
             raise Cancelled(f"{run.workflow_id} was cancelled")
@@ -227,8 +234,11 @@ class WorkflowContext:
 
         Yields the fence row (cancel_requested_at, now, lease_expires_at)."""
         t0 = time.monotonic()
+        flushed, self._pending = self._pending, []
         try:
             with db.fenced(self._conn, self.workflow_id, self.epoch, self._run.lease_ttl) as fence:
+                for params in flushed:  # deferred step records first, in seq order
+                    self._conn.execute(db.query("insert_step"), params)
                 yield fence
         except Fenced as exc:
             self._unwinding = exc
@@ -236,11 +246,19 @@ class WorkflowContext:
         self._run.renewed(t0)
         if fence["cancel_requested_at"] is not None:
             self._run.cancel_requested_at = fence["cancel_requested_at"]
+        for params in flushed:
+            if params["kind"] == "step":
+                killpoints.hit("step_after_record")
 
-    def _insert_step(self, seq: int, kind: str, name: str, output: Any = None,
-                     error: Any = None, fingerprint: str | None = None) -> Any:  # fmt: skip
-        """Insert a step row inside an open fenced transaction; returns the output as stored."""
-        params = {
+    def _flush(self) -> None:
+        """Commit a deferred step record now (before a body runs or the workflow waits)."""
+        if self._pending:
+            with self._fenced_write():
+                pass
+
+    def _step_params(self, seq: int, kind: str, name: str, output: Any, error: Any,
+                     fingerprint: str | None) -> dict:  # fmt: skip
+        return {
             "wf": self.workflow_id,
             "seq": seq,
             "name": name,
@@ -250,10 +268,21 @@ class WorkflowContext:
             "error": db.jsonb(error) if error is not None else None,
             "epoch": self.epoch,
         }
+
+    def _insert_step(self, seq: int, kind: str, name: str, output: Any = None,
+                     error: Any = None, fingerprint: str | None = None) -> Any:  # fmt: skip
+        """Insert a step row inside an open fenced transaction; returns the output as stored."""
+        params = self._step_params(seq, kind, name, output, error, fingerprint)
         return self._conn.execute(db.query("insert_step"), params).fetchone()["output"]
 
     def _record(self, seq: int, kind: str, name: str, output: Any = None, error: Any = None,
-                fingerprint: str | None = None) -> Any:  # fmt: skip
+                fingerprint: str | None = None, defer: bool = False) -> Any:  # fmt: skip
+        """Record a call's row; returns the output as stored (what a replay will return).
+
+        defer=True keeps the row for the next fenced write (see _pending)."""
+        if defer:
+            self._pending.append(self._step_params(seq, kind, name, output, error, fingerprint))
+            return db.as_stored(self._conn, output) if error is None else None
         with self._fenced_write():
             return self._insert_step(seq, kind, name, output, error, fingerprint)
 
@@ -327,15 +356,14 @@ class WorkflowContext:
         except TypeError as exc:  # a bug in the body, not a transient failure: no retry
             self._fail(seq, kind, name, exc, attempt, fingerprint)
         killpoints.hit(after_body)
-        stored = self._record(seq, kind, name, output=output, fingerprint=fingerprint)
-        if kind == "step":
-            killpoints.hit("step_after_record")
-        return stored  # exactly what a replay returns
+        # Deferred: committed by the next write (the completion, if the workflow returns now);
+        # step_after_record fires once it is committed. Returns exactly what a replay returns.
+        return self._record(seq, kind, name, output=output, fingerprint=fingerprint, defer=True)
 
     def _fail(self, seq: int, kind: str, name: str, exc: Exception, attempt: int,
               fingerprint: str | None) -> None:  # fmt: skip
         error = _error_record(exc, attempt)
-        self._record(seq, kind, name, error=error, fingerprint=fingerprint)
+        self._record(seq, kind, name, error=error, fingerprint=fingerprint, defer=True)
         raise StepFailed(name, error) from exc
 
     def _attempt(self, seq: int) -> int:

@@ -41,6 +41,14 @@ def echo(ctx, inp):
     return ctx.step("echo", lambda value: value, inp)
 
 
+@workflow(name="stored_echo", version="1")
+def stored_echo(ctx, inp):
+    """Reports what the first run's step call returned, before any jsonb round trip of the
+    result: the key order and the number types a replay would see."""
+    out = ctx.step("echo", lambda value: value, inp)
+    return {"keys": list(out), "types": {k: type(v).__name__ for k, v in out.items()}}
+
+
 # -- durable execution flows (test_durable.py) ------------------------------------------------
 
 from interlock_runtime import Cancelled, RetryPolicy  # noqa: E402

@@ -77,6 +77,10 @@ touched as (
    where id = (select workflow_id from step))
 select output from step;
 
+-- name: as_stored
+-- A value as a jsonb column returns it (key order, number format), for a deferred step record.
+select %(value)s::jsonb as value;
+
 -- name: suspend_until
 -- Release the claim and wait (spec 5.6, B5): status pending for a retry backoff, sleeping for
 -- a timer or a signal; available_at is when a worker may claim it again ('infinity' while
