@@ -533,6 +533,10 @@ class Replay:
         return [r for r in TargetAdmin(self.target.url).log(method="POST")
                 if r["path"].rstrip("/").endswith("refunds") and r.get("key")]  # fmt: skip
 
+    def _over(self) -> bool:
+        """The workflow reached a terminal status: nothing more of the schedule can happen."""
+        return self.rt.describe(self.wf)["status"] in TERMINAL
+
     def _wait(self, pred, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -553,6 +557,7 @@ class Replay:
         from prove.target_client import TargetAdmin
 
         admin = TargetAdmin(self.target.url)
+        self.mark(f"{op.kind}@{op.index}")
         if op.kind == "run":
             self._run(op)
         elif op.kind == "crash":
@@ -568,12 +573,12 @@ class Replay:
             self.procs[op.worker] = None  # spawned at its next step
         elif op.kind == "tick":
             self.counts["ticks"] += 1
-            if self.origin is not None:
+            if self.origin is None:
+                time.sleep(TICK)  # before the first claim: time passes all the same
+            elif not self._over():  # a finished workflow has no clock left to wait for
                 delay = self.origin + op.arg * TICK - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-            else:
-                time.sleep(TICK)
         elif op.kind == "revoke":
             self.counts["revoke_returned"] += len(self.rt.revoke(self.grant, by="replay"))
             self.counts["revokes"] += 1
@@ -596,12 +601,14 @@ class Replay:
             # the target answers the held request: wait until it has ended
             if op.arg is not None:
                 # a request the runtime never sent (the fix refused it) is not waited for long
-                ok = self._wait(lambda: len(self._posts()) >= op.arg, TICK) and self._wait(
+                sent = self._wait(lambda: len(self._posts()) >= op.arg or self._over(), TICK)
+                sent = sent and len(self._posts()) >= op.arg
+                ended = sent and self._wait(
                     lambda: len([r for r in self._posts() if r.get("end")]) >= op.arg,
                     self._step_timeout())  # fmt: skip
-                if not ok:
-                    self.divergences.append(f"state {op.index}: request {op.arg} was not "
-                                            "sent, or never ended")  # fmt: skip
+                if not ended:
+                    self.divergences.append(f"state {op.index}: request {op.arg} was "
+                                            + ("sent but never ended" if sent else "not sent"))  # fmt: skip
             admin.set_delay(0)
         elif op.kind in ("signal", "signal_begin"):
             # rt.signal locks the row and commits in one call; begin starts it concurrently
@@ -640,7 +647,7 @@ class Replay:
         if self._stopped(p):
             p.signal(signal.SIGCONT)
             self.counts["sigconts"] += 1
-        if self.origin is None and op.action in ("Claim", "TPlain", "TPick"):
+        if self.origin is None:  # the model clock starts at the first claim
             ok = self._wait(lambda: self.rt.claim_history(self.wf), self._step_timeout() + 20)
             if ok:
                 now = self.t.states[op.index]["vars"].get("now", 0)
@@ -652,10 +659,10 @@ class Replay:
             c = self.t.consts
             budget = (c.get("LeaseTTL", 2) + c.get("SendTimeout", 1)) * TICK + 1
             ok = self._wait(lambda: len(self._posts()) >= sid or not self._alive(p)
-                            or self._ended_since(p, mark), budget)  # fmt: skip
+                            or self._ended_since(p, mark) or self._over(), budget)  # fmt: skip
         else:
             ok = self._wait(lambda: self._stopped(p) or not self._alive(p)
-                            or self._ended_since(p, mark), self._step_timeout() + 10)  # fmt: skip
+                            or self._ended_since(p, mark) or self._over(), self._step_timeout() + 10)  # fmt: skip
             if self._stopped(p):
                 self.counts["sigstops"] += 1
         if not ok or not (self._stopped(p) or op.pause == "target"):
@@ -691,6 +698,7 @@ class Replay:
                         claims = conn.execute("select count(*) as n from ilr.claims").fetchone()[
                             "n"
                         ]
+                        steps = conn.execute("select count(*) as n from ilr.steps").fetchone()["n"]
                     ledger = [r for r in admin.ledger()["refunds"] if r.get("key")]
                     posts = self._posts()
             finally:
@@ -698,6 +706,7 @@ class Replay:
                     p.close()
                 self.target.stop()
         self.counts["claims"] = claims
+        self.counts["steps"] = steps
         self.counts["step_started"] = sum(e.get("event") == "step_started" for e in events)
         self.counts["sends"] = len(posts)
         violations = {k: v for k, v in results.items() if v}
