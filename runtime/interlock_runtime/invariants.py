@@ -278,8 +278,8 @@ def send_requires_live_claim(ev: Evidence) -> list[str]:
             by = e.get("by") or {}
             if not by or by.get("epoch") not in {c["epoch"] for c in claims[by.get("workflow_id")]}:
                 out.append(f"{eid}: DISPATCHED by {by or 'nobody'}, which never held a claim")
+    effs = ev.effects() if ev.access_log is not None else {}  # once: it is a query
     for key, reqs in ev.posts().items() if ev.access_log is not None else []:
-        effs = ev.effects()
         if key in effs and effs[key]["sends"] < len(reqs):
             out.append(
                 f"{key}: {len(reqs)} requests but only {effs[key]['sends']} authorized sends"
@@ -288,11 +288,11 @@ def send_requires_live_claim(ev: Evidence) -> list[str]:
 
 
 def no_send_under_revoked_grant(ev: Evidence) -> list[str]:
-    out, grants = [], ev.grants()
+    out, grants, effects = [], ev.grants(), ev.effects()
     for eid, entries in ev.entries().items():
         for s in _sends(entries):
             snap = s["checks"].get("lease") or {}
-            g = grants.get(snap.get("grant_id") or s["lease"] or ev.effects()[eid]["grant_id"])
+            g = grants.get(snap.get("grant_id") or s["lease"] or effects[eid]["grant_id"])
             revoked_before = g and g["revoked_at"] is not None and _ts(g["revoked_at"]) <= s["ts"]
             if not s["checks"].get("lease_live") or snap.get("revoked") or revoked_before:
                 out.append(f"{eid}: a send at {s['ts']:.3f} was not under a live grant")
@@ -464,18 +464,21 @@ def non_determinism_loud(ev: Evidence) -> list[str]:
 
 def fork_never_resends(ev: Evidence) -> list[str]:
     out, wfs, effects = [], ev.workflows(), ev.effects()
+    entries = posts = None  # read once, and only if a forked run has an effect
     for s in ev.steps():
         wf = wfs[s["workflow_id"]]
         if not wf["forked_from"] or s["kind"] != "effect" or s["epoch"] == 0:
             continue
         eid = s["fingerprint"].split(":")[0]
-        committed_before = [e for e in ev.entries()[eid] if e["kind"] == "COMMITTED"
+        entries = ev.entries() if entries is None else entries
+        committed_before = [e for e in entries[eid] if e["kind"] == "COMMITTED"
                             and e["ts"] < _ts(wf["created_at"])]  # fmt: skip
         if committed_before and s["output"]["status"] not in ("DUPLICATE_IGNORED",
                                                                "REFUSED:conflicting_payload"):  # fmt: skip
             out.append(f"{wf['id']}: reached committed {eid} and got {s['output']['status']}")
         if committed_before and eid in effects and ev.access_log is not None:
-            late = [r for r in ev.posts()[eid] if r["arrival"] > _ts(wf["created_at"])]
+            posts = ev.posts() if posts is None else posts
+            late = [r for r in posts[eid] if r["arrival"] > _ts(wf["created_at"])]
             if late:
                 out.append(f"{wf['id']}: {eid} was sent again after the fork")
     return out
