@@ -9,8 +9,8 @@ Premises are ``{payment, eligible, refunded_by_others}`` (DESIGN B13):
 
 - ``refunded_by_others``: the payment's ``refunded_total`` minus the refunds carrying our own key
   (``key == effect_id``). Hand refunds (no key) and refunds under other keys count as others'.
-  Our own refunds can only be told apart where the target has a lookup (tiers 1 and 2); at tier 3
-  ``refunded_by_others`` is the whole ``refunded_total``.
+  Our own refunds can only be told apart where the target has a lookup (tiers 1 and 2, unless
+  ``queryable=False``); otherwise ``refunded_by_others`` is the whole ``refunded_total``.
 - ``eligible``: ``paid - refunded_by_others > 0``. With no effect id this is
   ``paid - refunded_total > 0``; excluding our own refunds keeps a refund that already landed from
   making its own premises look stale at recovery.
@@ -211,7 +211,9 @@ class LocalRefunds:
         """The premises now: {payment, eligible, refunded_by_others} (see the module doc)."""
         p = self.payment_state()
         ours = 0
-        if effect_id is not None and self.tier in (1, 2):
+        # Our own refunds can be told apart only where the target answers lookups (a
+        # non-queryable tier-1 target, S04, is read like tier 3).
+        if effect_id is not None and self.queryable and self.tier in (1, 2):
             ours = sum(r["amount"] for r in self._refunds(effect_id))
         others = p["refunded_total"] - ours
         return {

@@ -194,7 +194,7 @@ def test_service_delay_is_measured_and_logged(make_target):
     entry = admin.log(path="/refunds")[-1]
     assert entry["end"] - entry["start"] >= 0.3
     assert entry["arrival"] <= entry["start"] <= entry["end"]
-    assert admin.set_delay(0) == {"delay_ms": 0.0}
+    assert admin.set_delay(0) == {"delay_ms": 0.0, "delay_count": None}
     t0 = time.time()
     c.apply("eff-2", {"amount": 100})
     assert time.time() - t0 < 0.3
@@ -320,3 +320,36 @@ def test_response_lost_through_the_fault_proxy_still_lands(make_target):
         again = c.apply("eff-1", {"amount": 2000}, worker="w2", epoch=2)
         assert again["replayed"] is True
         assert admin.payment(PAY)["refunded_total"] == 2000
+
+
+def test_delay_for_the_next_n_posts_only(make_target):
+    # S08 slows the first refund POST only: the resend after the timeout is not delayed.
+    t, admin = make_target(2)
+    c = LocalRefunds(t.url, PAY, 2)
+    assert admin.set_delay(200, count=1) == {"delay_ms": 200.0, "delay_count": 1}
+    c.apply("eff-1", {"amount": 100})
+    assert admin.config()["delay_count"] == 0  # used up by that POST
+    first = admin.log(path="/refunds")[-1]
+    assert first["end"] - first["start"] >= 0.2
+    c.apply("eff-2", {"amount": 100})
+    assert admin.config()["delay_count"] == 0
+    with pytest.raises(TargetHTTPError):
+        admin.set_delay(10, count=-1)
+
+
+def test_a_target_without_lookups_and_its_premises(tmp_path):
+    # S04's non-queryable variant: a tier-1 target (it dedupes) that answers no lookups.
+    with Target(1, db=str(tmp_path / "l.sqlite"), lookup=False) as t:
+        TargetAdmin(t.url).create_payment(PAY, 10000)
+        assert t.config()["lookup"] is False
+        c = LocalRefunds(t.url, PAY, 1, queryable=False)
+        premises = c.capture("eff-1")  # no lookup needed to read the premises
+        assert premises == {"payment": PAY, "eligible": True, "refunded_by_others": 0}
+        c.apply("eff-1", {"amount": 2000})
+        assert c.apply("eff-1", {"amount": 2000})["replayed"] is True
+        with pytest.raises(NoLookup):
+            c.query("eff-1")
+        with pytest.raises(NoLookup):  # the target itself refuses, not only the client
+            LocalRefunds(t.url, PAY, 1)._refunds("eff-1")
+        # like tier 3: our own refund counts as others' once it is not told apart
+        assert c.capture("eff-1")["refunded_by_others"] == 2000
