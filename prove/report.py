@@ -45,8 +45,9 @@ DEVIATIONS = [
     "Temporal workers run with sticky_queue_schedule_to_start_timeout shortened from the SDK's "
     "10 s default (see each cell's timing constants): after a worker dies its workflow's next "
     "task waits that long on the dead worker's sticky queue. It changes resume latency only.",
-    "Crash plans (DESIGN B12): for half of the seeds of a crash scenario (by seed parity, offset "
-    "per cell so a one-seed sweep gets both kinds) the instrumented kill point is replaced by an "
+    "Crash plans (DESIGN B12): for half of the seeds of a crash scenario (the odd seeds; the "
+    "quick sweep runs two seeds of S01 and one of the rest) the instrumented kill point is "
+    "replaced by an "
     "external SIGKILL of the armed workers at a seeded uniform time in [0, 2 s) after the "
     "approval (the spec says up to the cell's no-fault p99, which this sweep does not measure); "
     "each run file records the plan, the time and the pids. Predictions are for the "

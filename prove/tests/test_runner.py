@@ -116,6 +116,7 @@ def test_crash_plans_are_seeded_half_external() -> None:
     assert plans == [runner.crash_plan(s01, v, "runtime", 1, seed) for seed in range(10)]
     kinds = [p["kind"] for p in plans]
     assert kinds.count("external") == 5 and kinds.count("instrumented") == 5
+    assert kinds[0] == "instrumented"  # a one-seed sweep checks every prediction
     for p in plans:
         if p["kind"] == "external":
             assert 0 <= p["at"] < p["window"] and p["replaces"] == ["effect_after_send"]

@@ -57,7 +57,22 @@ def test_every_shipped_scenario_loads() -> None:
     for s in scns:
         assert s.cells() and s.invariants
         for vname, system, tier in s.cells():
+            if (s.id, system, tier) in SPEC_GIVES_NO_PREDICTION:
+                assert s.prediction(system, tier, vname) is None
+                continue
             assert s.prediction(system, tier, vname) is not None, (s.id, vname, system, tier)
+
+
+# Cells spec 11.3 names no outcome for (S05b: (a) "$30 at tier 1" only; S08b: (b) "t2 $40"
+# only; S08c: "t2 $40 in all three"): measured and shown, never given an invented prediction.
+SPEC_GIVES_NO_PREDICTION = {
+    ("S05b", "temporal_idem", 2),
+    ("S05b", "temporal_idem", 3),
+    ("S08b", "temporal_check", 1),
+    ("S08c", "runtime", 1),
+    ("S08c", "temporal_idem", 1),
+    ("S08c", "temporal_check", 1),
+}
 
 
 def test_a_good_file_resolves_params_families_and_oracles(tmp_path) -> None:
