@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -420,8 +421,9 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
 
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path, js_path = out_dir / "runtime_prove.md", out_dir / "runtime_prove.json"
-    md_path.write_text("\n".join(md))
-    js_path.write_text(json.dumps({
+    md_path.write_text(scrub("\n".join(md)))
+    copy_failures(cells, results, out_dir / "runtime_prove_failures")
+    js_path.write_text(scrub(json.dumps({
         "generated": generated, "sweep": size, "argv": argv or [], "wall_seconds": round(wall, 1),
         "versions": versions, "seeds": seeds, "emulated": EMULATED, "deviations": DEVIATIONS,
         "concessions": dict(CONCESSIONS), "systems": list(SYSTEMS),
@@ -432,8 +434,35 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "mismatches": [{k: c[k] for k in ("scenario", "variant", "system", "tier", "api",
                                           "expected", "observed")} for c in mismatches],
         "activity_bodies": {m: activity_source(m) for m in ("temporal_idem", "temporal_check")},
-    }, indent=1, sort_keys=True, default=str))  # fmt: skip
+    }, indent=1, sort_keys=True, default=str)))  # fmt: skip
     return md_path, js_path
+
+
+FAILURES_PER_CELL = 20  # spec 11: up to 20 failing runs per cell are kept in results/
+
+
+def scrub(text: str) -> str:
+    """No path of this machine in a committed file: the repository becomes `<repo>`, temp
+    directories `<tmp>`."""
+    text = text.replace(str(REPO), "<repo>")
+    return re.sub(r"/tmp/[^\s\"',;)]*", "<tmp>", text)
+
+
+def copy_failures(cells: list[dict], results: list[dict], dest: Path) -> list[Path]:
+    """The run files of failing runs (incorrect by the oracle), up to FAILURES_PER_CELL per
+    cell, scrubbed of machine paths; the directory holds this sweep's failures only."""
+    by_id = {r["identity"]["run_id"]: r for r in results}
+    if dest.exists():
+        for old in dest.glob("*.json"):
+            old.unlink()
+    out = []
+    for c in cells:
+        for run_id in c["failing_runs"][:FAILURES_PER_CELL]:
+            dest.mkdir(parents=True, exist_ok=True)
+            path = dest / f"{run_id}.json"
+            path.write_text(scrub(json.dumps(by_id[run_id], indent=1, sort_keys=True)))
+            out.append(path)
+    return out
 
 
 def _label(c: dict) -> str:

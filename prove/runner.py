@@ -610,6 +610,7 @@ class Run:
         error = None
         from interlock_runtime.testing import fresh_database
 
+        pg_started = postgres_started(self.services.admin_dsn)
         with self.stack:
             queryable = bool(self.variant.params.get("queryable", True))
             self.target = Target(self.tier, db=str(self.dir / "ledger.sqlite"),
@@ -639,6 +640,16 @@ class Run:
             except Exception as e:  # noqa: BLE001
                 artifacts = {"error": f"{type(e).__name__}: {e}"}
             model_calls = self.stub.calls()
+        # Postgres restarted under the run by something outside it (on a shared machine,
+        # another user's crash test): not a measurement of this scenario; run it again.
+        try:
+            pg_now = postgres_started(self.services.admin_dsn)
+        except psycopg.Error as e:
+            pg_now = f"unreachable ({e})"
+        if pg_now != pg_started and error is None:
+            error = (f"Postgres restarted during the run by something outside it (postmaster "
+                     f"start {pg_started} -> {pg_now}); not a measurement")  # fmt: skip
+            self.note("error", error=error)
         outcome = evaluate(self.scn, self.variant, self.system, self.tier, ledger, access,
                            self.world, self.approved_amount, self.sys.status_of(self.result)
                            if hasattr(self, "sys") else None, error,
@@ -696,6 +707,24 @@ STRIPE_EMULATED = (
     "StripeRefunds calls inside both activities) pointed at the local target's Stripe-compatible "
     "/v1 subset; Stripe cannot be reached from this machine"
 )
+
+
+def postgres_started(admin_dsn: str) -> str:
+    """The postmaster's start time: it changes when Postgres restarts."""
+    with psycopg.connect(admin_dsn, connect_timeout=10) as conn:
+        return str(conn.execute("select pg_postmaster_start_time()").fetchone()[0])
+
+
+def wait_for_postgres(admin_dsn: str, timeout: float = 120.0) -> bool:
+    """True once Postgres answers (it may be restarting); False after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            postgres_started(admin_dsn)
+            return True
+        except psycopg.Error:
+            time.sleep(1.0)
+    return False
 
 
 def _is_refund_post(a: dict) -> bool:
@@ -798,8 +827,32 @@ def plan(scns: list[Scenario], seeds: int | None, size: str, systems: list[str] 
 
 
 def sweep(services: Services, runs: list[tuple], out_dir: Path, jobs: int = 2,
-          resume: bool = False, progress: Callable[[str], None] = print) -> list[dict]:  # fmt: skip
-    """Run every planned run, `jobs` at a time; finished run files are reused with resume."""
+          resume: bool = False, progress: Callable[[str], None] = print,
+          retries: int = 2) -> list[dict]:  # fmt: skip
+    """Run every planned run, `jobs` at a time; finished run files are reused with resume.
+    A run that ends in a harness error (a service failed, Postgres restarted under it) is not a
+    measurement: it is run again, up to `retries` more times, once Postgres answers."""
+    results = _sweep_once(services, runs, out_dir, jobs, resume, progress)
+    for attempt in range(retries):
+        again = [r for r in results if r.get("error")]
+        if not again:
+            break
+        progress(f"re-running {len(again)} run(s) that ended in a harness error "
+                 f"(retry {attempt + 1} of {retries})")  # fmt: skip
+        if services.admin_dsn and not wait_for_postgres(services.admin_dsn):
+            progress("Postgres does not answer; not retrying")
+            break
+        keys = {r["identity"]["run_id"] for r in again}
+        items = [it for it in map(_item, runs)
+                 if run_name(it[0].id, it[1].name, it[2], it[3], it[4], it[5]) in keys]  # fmt: skip
+        redone = {r["identity"]["run_id"]: r for r in
+                  _sweep_once(services, items, out_dir, jobs, False, progress)}  # fmt: skip
+        results = [redone.get(r["identity"]["run_id"], r) for r in results]
+    return results
+
+
+def _sweep_once(services: Services, runs: list[tuple], out_dir: Path, jobs: int,
+                resume: bool, progress: Callable[[str], None]) -> list[dict]:  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     results: list[dict] = []
     todo = []
