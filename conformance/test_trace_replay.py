@@ -56,14 +56,33 @@ def template(admin):
 
 def _replay(path: Path, admin: str, template: str, tmp_path: Path) -> tr.ReplayResult:
     r = tr.replay(path, admin, template, tmp_path)
+    _assert_faults_performed(path, r)
     # not vacuous: real workers claimed the workflow and recorded steps (a step body ran; the
     # Signals workflow has only waits and a sleep)
     assert r.counts["workers"] > 0 and r.counts["claims"] > 0 and r.counts["steps"] > 0, r
+    if r.config != "Broken_ThinDedupMargin":
+        assert r.status != "failed", r  # the workflow ran; only C2's refusal fails it
     if r.config != "Broken_WakeOnlyIfSleeping":
         assert r.counts["step_started"] > 0, r
     else:
         assert r.status == "completed" and r.counts["signals"] >= 2, r  # no wakeup was lost
     return r
+
+
+# op kind in the schedule -> the count of the real fault the driver performed for it
+PERFORMED = {"revoke": "revokes", "hand_refund": "hand_refunds", "cancel": "cancels",
+             "prune": "prunes", "redecide": "redecides", "tick": "ticks"}  # fmt: skip
+
+
+def _assert_faults_performed(path: Path, r: tr.ReplayResult) -> None:
+    """The world events of the trace really happened, and the first planned stop was real."""
+    ops = tr.translate(tr.load_trace(path)).ops
+    for kind, count in PERFORMED.items():
+        if any(op.kind == kind for op in ops):
+            assert r.counts[count] > 0, (kind, r.counts)
+    first = next((op for op in ops if op.pause), None)
+    if first is not None and first.pause != "target" and r.config != "Broken_ThinDedupMargin":
+        assert r.counts["sigstops"] > 0, (first, r.counts, r.divergences)
 
 
 def _assert_sent_where_the_model_sends(r: tr.ReplayResult) -> None:

@@ -438,15 +438,17 @@ def _temporal_step(trace: Trace, i: int, action: str, changed: list[str], worker
 def _holds(
     trace: Trace, sends_at: dict[int, int], processed_at: dict[int, int]
 ) -> dict[int, float]:
-    """Seconds the target holds each request: the ticks between its send and its processing
-    (half a tick when other steps come between them in the same tick). Without SERVER_SLOW the
-    hold stays inside A2 (before send_deadline + settle_margin)."""
+    """Seconds the target holds each request: the ticks between its send and its processing,
+    or the trace's end (half a tick when other steps come between them in the same tick).
+    Without SERVER_SLOW the hold stays inside A2 (before send_deadline + settle_margin)."""
     out: dict[int, float] = {}
     c = trace.consts
     cap = (c.get("SendTimeout", 1) + c.get("SettleMargin", 1)) * TICK - 0.4
     for sid, at in sends_at.items():
         done = processed_at.get(sid)
-        if done is None or done == at + 1:
+        if done is None:  # still on the wire when the trace ends: held through its end
+            done = len(trace.states)
+        if done == at + 1:
             continue
         ticks = sum(1 for s in trace.states[at + 1 : done] if s["action"] == "Tick")
         hold = (ticks + 0.5) * TICK
@@ -764,14 +766,20 @@ class Replay:
         else:
             tier = int(c.get("Tier", 2))
             self.grant = rt.grant("agent", "refund", max_cents=20 * CENTS, by="replay")
-            window = (c.get("DedupAge", 3) + c.get("DedupMargin", 3)) * TICK
+            margin = c.get("DedupMargin", 3)
+            if self.t.mode != "interlock":
+                # The Temporal configs shrink the dedup constants to keep TLC's space small; a
+                # Temporal worker has no margin to check. On the runtime the margin is its own
+                # configuration, which must pass the C2 check (else nothing would run at all).
+                margin = max(margin, c.get("SendTimeout", 1) + c.get("SettleMargin", 1) + 1)
+            window = (c.get("DedupAge", 3) + margin) * TICK
             rt.start("replay_refund", self.wf, {
                 "id": self.wf, "target_url": self.target.url, "tier": tier,
                 "queryable": bool(c.get("Queryable", tier != 3)) and tier != 3,
                 "send_timeout": c.get("SendTimeout", 1) * TICK,
                 "settle_margin": c.get("SettleMargin", 1) * TICK,
                 "dedup_window": window if tier == 1 else 1e9,
-                "dedup_margin": c.get("DedupMargin", 3) * TICK if tier == 1 else 600.0,
+                "dedup_margin": margin * TICK if tier == 1 else 600.0,
                 "grant": self.grant, "offer_file": str(self.offer)})  # fmt: skip
         for op in self.s.ops:
             self.do(op)
