@@ -244,7 +244,8 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
     w("## 1. Header\n")
     w(
         f"- generated: {generated}; sweep: **{size}**; runs: {len(results)}; cells: {len(cells)}; "
-        f"wall time: {wall:.0f} s ({wall / 60:.1f} min)"
+        f"wall time of this invocation: {wall:.0f} s ({wall / 60:.1f} min); span of the runs "
+        f"(first start to last end): {_span(results)}"
     )
     w(
         f"- seeds per cell: {', '.join(map(str, seeds))} "
@@ -463,6 +464,16 @@ def copy_failures(cells: list[dict], results: list[dict], dest: Path) -> list[Pa
             path.write_text(scrub(json.dumps(by_id[run_id], indent=1, sort_keys=True)))
             out.append(path)
     return out
+
+
+def _span(results: list[dict]) -> str:
+    """First run start to last run end, from the run files (a --resume report keeps it)."""
+    t = [(r["timings"]["started_at"], r["timings"]["started_at"] + r["timings"]["wall"])
+         for r in results if (r.get("timings") or {}).get("started_at")]  # fmt: skip
+    if not t:
+        return "n/a"
+    span = max(e for _, e in t) - min(s for s, _ in t)
+    return f"{span:.0f} s ({span / 60:.1f} min)"
 
 
 def _label(c: dict) -> str:

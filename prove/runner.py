@@ -49,6 +49,7 @@ APPROVER = "alice"
 APIS = ("local", "stripe")  # the target's own API, or its Stripe-compatible subset (EMULATED)
 STRIPE_SCENARIOS = ("S01", "S02", "S03")  # the Stripe table (spec 11.7 item 3): tier 1 only
 EXTERNAL_KILL_WINDOW = 2.0  # seconds after the approval; see crash_plan()
+PARTITION_AFTERMATH = 2.0  # seconds after a partition heals before the ground truth is read
 
 
 class RunnerError(RuntimeError):
@@ -594,6 +595,24 @@ class Run:
         # the successors must start after the sender is cut off
         time.sleep(max(0.0, origin + float(after) - time.time()) + 0.05)
 
+    def _wait_inflight(self) -> None:
+        """Until every refund POST the target received has finished processing: a slow
+        request (S08c: beyond settle) may still land after the workflow ended, and the oracle
+        must see it."""
+        deadline = time.monotonic() + self.timing["run_timeout"]
+        while time.monotonic() < deadline:
+            open_posts = [a for a in self.admin.log() if _is_refund_post(a) and a["end"] is None]
+            if not open_posts:
+                return
+            self.note("waiting_for_inflight", requests=[a["id"] for a in open_posts])
+            while time.monotonic() < deadline and any(
+                a["end"] is None
+                for a in self.admin.log()
+                if a["id"] in {o["id"] for o in open_posts}
+            ):
+                time.sleep(0.1)
+        self.note("inflight_never_finished")
+
     def a_wait_result(self) -> None:
         self.result_kind, self.result = self.sys.result(self.timing["run_timeout"])
         self.t_end = time.time()
@@ -630,8 +649,15 @@ class Run:
             except Exception as e:  # noqa: BLE001 - recorded; the run counts as not correct
                 error = f"{type(e).__name__}: {e}"
                 self.note("error", error=error, tb=traceback.format_exc()[-3000:])
-            if self.proxy is not None:  # heal before reading: nothing stays blackholed
+            if self.proxy is not None:
+                # Let the partition run its course (the cut-off sender's late commit is part
+                # of S08a), then heal in any case: nothing stays blackholed.
+                for t in self._timers:
+                    t.join(self.timing["run_timeout"])
                 self.proxy.set_mode("pass")
+                time.sleep(PARTITION_AFTERMATH)
+                self.note("partition_over")
+            self._wait_inflight()
             ledger_all = self.admin.ledger()
             ledger = ledger_all["refunds"]
             access = self.admin.log()
@@ -689,6 +715,7 @@ class Run:
             "outcome": outcome,
             "artifacts": artifacts,
             "timings": {
+                "started_at": round(self.t0, 3),
                 "wall": round(time.time() - self.t0, 3),
                 "end_to_end": round(self.t_end - self.t_start, 3)
                 if self.t_end and self.t_start

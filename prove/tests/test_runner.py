@@ -221,3 +221,29 @@ def test_a_run_run_again_starts_from_an_empty_directory(tmp_path) -> None:
     svc = runner.Services("unused", "unused")
     run = runner.Run(svc, s01, s01.variant("base"), "runtime", 1, 0, tmp_path)
     assert run.dir == old and list(old.iterdir()) == []
+
+
+def test_the_ground_truth_waits_for_a_refund_still_in_flight(tmp_path) -> None:
+    # Found in S08c: the workflow ended (the resend applied) while the first, slow POST was
+    # still being processed, and the ledger read then missed the duplicate it made.
+    import threading
+
+    from prove.target import Target
+    from prove.target_client import LocalRefunds, TargetAdmin
+
+    (s08c,) = load_all(["S08c"])
+    run = runner.Run(runner.Services("unused", "unused"), s08c, s08c.variant("base"),
+                     "runtime", 2, 0, tmp_path)  # fmt: skip
+    with Target(2, db=str(tmp_path / "l.sqlite")) as target:
+        run.admin = TargetAdmin(target.url)
+        run.admin.create_payment("pay_881", 10000)
+        run.admin.set_delay(500, count=1)
+        slow = threading.Thread(target=LocalRefunds(target.url, "pay_881", 2).apply,
+                                args=("eff-1", {"amount": 2000}))  # fmt: skip
+        slow.start()
+        # the POST has arrived (it is in the access log) and has not finished
+        while not [a for a in run.admin.log() if a["path"] == "/refunds"]:
+            pass
+        run._wait_inflight()
+        assert [r["amount"] for r in run.admin.ledger()["refunds"]] == [2000]
+        slow.join()
