@@ -94,6 +94,7 @@ class Run:
     local_deadline: float
     parent_id: str | None = None
     claimed_now: datetime | None = None  # database time of the claim
+    has_steps: bool = True  # False when the claim saw no recorded steps (nothing to replay)
     fenced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

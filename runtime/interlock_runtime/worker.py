@@ -170,6 +170,7 @@ class Worker:
                 local_deadline=t0 + self.lease_ttl,
                 parent_id=row["parent_id"],
                 claimed_now=row["claimed_now"],
+                has_steps=row["has_steps"],
             )
             with self._active_lock:
                 self._active[run.workflow_id] = run
@@ -199,6 +200,7 @@ class Worker:
     def _heartbeat_loop(self) -> None:
         conn = None
         interval = self.lease_ttl / 3
+        last = None  # monotonic time of the last renewal: the gap between two bounds a safe TTL
         while True:
             time.sleep(interval)
             with self._active_lock:
@@ -218,6 +220,10 @@ class Worker:
                     conn.close()
                 conn = None
                 continue
+            done = time.monotonic()
+            emit("heartbeat", worker=self.worker_id, runs=len(runs), took=round(done - t0, 4),
+                 gap=None if last is None else round(done - last, 4))  # fmt: skip
+            last = done
             alive = {row["id"]: row for row in rows}
             for run in runs:
                 if run.workflow_id in alive:
@@ -257,7 +263,9 @@ class Worker:
 
     def _execute_run(self, run: Run) -> None:
         conn = self._connection()
-        steps = conn.execute(db.query("load_steps"), {"wf": run.workflow_id}).fetchall()
+        steps = []  # a fresh workflow's first claim: no history to read
+        if run.has_steps:
+            steps = conn.execute(db.query("load_steps"), {"wf": run.workflow_id}).fetchall()
         ctx = WorkflowContext(run, conn, steps, self.worker_id, self.stopping)
         wf = self.defs[(run.name, run.version)]
         ids = {"worker": self.worker_id, "wf": run.workflow_id, "epoch": run.epoch}

@@ -1,11 +1,12 @@
 """DESIGN B10 C1: the local lease deadline, checked before every step body.
 
-Between a claim and the first body there is no fenced write. If the step-row load stalls past
-the lease, a successor can claim and record step 1 meanwhile; the stale load then says "no rows"
-and, without the local check, the first worker would run step 1's body again after its row
-committed (NoRerunAfterComplete). Here the stall is real: worker A reaches Postgres through the
-fault proxy, whose responses are held (delay_response) from right after A's claim until B has
-recorded step 1. A's query already ran on the server before B claimed, so its answer is stale.
+Between a claim and the first body there is no fenced write. If the load of a run's history
+stalls past the lease, a successor can claim and record the next steps meanwhile; the stale
+load then lacks them and, without the local check, the first worker would run a body again
+after its row committed (NoRerunAfterComplete). Here the stall is real: worker A reaches
+Postgres through the fault proxy, whose responses are held (delay_response) from right after
+A's claim until B has recorded the rest. A's query ran on the server before B claimed, so its
+answer is stale. (A fresh run's first claim reads no history, so the run here has one.)
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import signal
 
 from conftest import read_jsonl, wait_for
-from flows import echo, three_steps
+from flows import echo, sleeper
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from interlock_runtime import Runtime
@@ -36,29 +37,31 @@ def test_a_stalled_load_past_the_lease_never_reruns_a_recorded_step(dsn, workers
         # below is a query whose bytes reach the server, not a connection handshake.
         rt.start(echo, "wf-warm", {"x": 1})
         a = workers("A", dsn=_through(dsn, proxy), lease_ttl=TTL, concurrency=1,
-                    env={"ILR_STOP_AT": "claimed@2"})  # fmt: skip
+                    env={"ILR_STOP_AT": "claimed@3"})  # fmt: skip
         assert rt.result("wf-warm", timeout=20) == {"x": 1}
 
-        rt.start(three_steps, "wf-c1", {"log": str(log)})
-        a.wait_stopped()  # A holds the claim of wf-c1 (epoch 1) and is paused right after it
+        # A records `before` (claim 2), sleeps; its third claim wakes the run. A run with
+        # history must load it (a fresh run's first claim reads nothing), and that load stalls.
+        rt.start(sleeper, "wf-c1", {"log": str(log), "seconds": 0.5})
+        a.wait_stopped()  # A holds the claim of wf-c1 (epoch 2) and is paused right after it
         proxy.set_mode("delay_response", ms=600_000)  # every answer to A is now held
         a.signal(signal.SIGCONT)
         wait_for(lambda: proxy.status()["held_bytes_down"] > 0, 10, "A's load to reach Postgres")
 
         workers("B", lease_ttl=TTL)
-        wait_for(lambda: any(s["name"] == "s1" for s in rt.describe("wf-c1")["steps"]), 30,
-                 "B to record s1")  # fmt: skip
-        proxy.set_mode("pass")  # the partition heals: A gets its stale, empty step-row load
+        wait_for(lambda: any(s["name"] == "after" for s in rt.describe("wf-c1")["steps"]), 30,
+                 "B to record the rest")  # fmt: skip
+        proxy.set_mode("pass")  # the partition heals: A gets its stale step-row load
 
         event = a.wait_event("fenced", wf="wf-c1", by="write", timeout=20)
-        # Exactly one invocation of step 1, by B: A never started a body.
+        # `after` ran once, by B: with its stale history A never started a body.
         assert [(i["step"], i["worker"]) for i in read_jsonl(log)] == [
-            ("s1", "B"), ("s2", "B"), ("s3", "B")]  # fmt: skip
+            ("before", "A"), ("after", "B")]  # fmt: skip
         assert "local lease deadline" in event["reason"]
-        assert [r["worker"] for r in rt.result("wf-c1", timeout=20)] == ["B", "B", "B"]
+        assert [r["worker"] for r in rt.result("wf-c1", timeout=20)] == ["A", "B"]
         claims = rt.claim_history("wf-c1")
         steps = rt.describe("wf-c1")["steps"]
 
-    assert [(c["owner"], c["epoch"]) for c in claims] == [("A", 1), ("B", 2)]
-    assert claims[1]["claimed_at"] >= claims[1]["prev_lease_expires_at"]
-    assert all(s["epoch"] == 2 for s in steps)
+    assert [(c["owner"], c["epoch"]) for c in claims] == [("A", 1), ("A", 2), ("B", 3)]
+    assert claims[2]["claimed_at"] >= claims[2]["prev_lease_expires_at"]
+    assert [(s["name"], s["epoch"]) for s in steps] == [("before", 1), ("sleep", 3), ("after", 3)]

@@ -41,7 +41,9 @@ claimed as (
    where w.id = due.id
   returning w.id, w.name, w.version, w.input, w.epoch, w.waiting, w.takeovers,
             w.cancel_requested_at, w.parent_id, now() as claimed_now, due.prev_status,
-            due.prev_lease_expires_at),
+            due.prev_lease_expires_at,
+            -- a fresh workflow has no history: the worker skips reading it
+            exists (select 1 from ilr.steps s where s.workflow_id = w.id) as has_steps),
 history as (
   insert into ilr.claims (workflow_id, epoch, owner, version, claimed_at, prev_status,
                           prev_lease_expires_at)
