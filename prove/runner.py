@@ -822,6 +822,8 @@ def evaluate(scn: Scenario, variant: Variant, system: str, tier: int, ledger: li
 
 def run_one(services: Services, scn: Scenario, variant: Variant, system: str, tier: int,
             seed: int, out_dir: Path, api: str = "local") -> dict:  # fmt: skip
+    # Postgres may be restarting (a shared cluster): do not start a run that cannot measure.
+    wait_for_postgres(services.admin_dsn)
     rec = Run(services, scn, variant, system, tier, seed, out_dir, api).execute()
     path = out_dir / f"{rec['identity']['run_id']}.json"
     path.write_text(json.dumps(rec, indent=1, sort_keys=True))
