@@ -46,6 +46,7 @@ LONG = os.environ.get("ILR_LONG") == "1"
 SEED = int(os.environ.get("ILR_STATEFUL_SEED") or random.SystemRandom().randrange(2**32))
 KILL_POINTS = [None, None, "effect_after_send", "effect_after_dispatch", "step_before_record",
                "decide_after_response", "claimed"]  # fmt: skip
+CONTROL = "pay_ctl"  # the drain's control refund: no rule touches this payment
 TERMINAL = ("completed", "failed", "cancelled", "stuck", "continued")
 TALLY = {"examples": 0, "workers": 0, "sends": 0, "applied": 0}
 FAILURES: list[str] = []
@@ -107,6 +108,7 @@ class RefundWorld(RuleBasedStateMachine):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         TALLY["examples"] += 1
         self.workers: list[WorkerProcess] = []
+        self.armed: list[WorkerProcess] = []  # workers with a kill point still to fire
         self.wfs: list[str] = []
         self.grants: list[str] = []
         self.v2_deployed = False
@@ -121,6 +123,8 @@ class RefundWorld(RuleBasedStateMachine):
                           env=env, extra_args=extra)  # fmt: skip
         self.stack.callback(w.close)
         self.workers.append(w)
+        if kill:
+            self.armed.append(w)
         TALLY["workers"] += 1
         return w
 
@@ -144,6 +148,7 @@ class RefundWorld(RuleBasedStateMachine):
         self.target = TargetProcess(tier, self.log_dir / "ledger.db")
         self.stack.callback(self.target.stop)
         TargetAdmin(self.target.url).create_payment(PAYMENT, 10000)
+        TargetAdmin(self.target.url).create_payment(CONTROL, 10000)
         self.start_refund()
         self._worker()
 
@@ -250,13 +255,27 @@ class RefundWorld(RuleBasedStateMachine):
             self.stack.close()
 
     def _drain(self) -> None:
-        """Let the world settle: a healthy worker, every pending approval given, then check."""
+        """Let the world settle: a healthy worker, every pending approval given, then check.
+
+        A control refund on a payment no rule touches is started too: it must be sent and
+        committed, so every example sends at least once whatever the rules did (hand refunds
+        and revokes can rightly refuse all the others)."""
+        control = f"control-{self.example}"
+        self.rt.start(flows.refund, control, {"id": control, "target_url": self.target.url,
+                      "payment": CONTROL, "tier": self.tier, "send_timeout": 2.5,
+                      "settle_margin": 1.0})  # fmt: skip
+        self.wfs.append(control)
+        for w in self.armed:  # a kill point could otherwise fire on the control (tier 3: AMBIGUOUS)
+            if w.proc.poll() is None:
+                w.signal(signal.SIGKILL)
+                w.proc.wait(10)
         self._worker()
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
             for wf in self._waiting_for_approval():
                 decided = self.rt.describe(wf)["steps"][0]["output"]
-                self.rt.approve(wf, {"payment": PAYMENT, "amount": 2000}, decided["premises"],
+                payment = CONTROL if wf == control else PAYMENT
+                self.rt.approve(wf, {"payment": payment, "amount": 2000}, decided["premises"],
                                 by="drain")  # fmt: skip
             states = [self.rt.describe(wf)["status"] for wf in self.wfs]
             if all(s in TERMINAL for s in states):
@@ -268,6 +287,11 @@ class RefundWorld(RuleBasedStateMachine):
                 "n"
             ]
         TALLY["sends"] += sends
+        with db.connect(self.dsn) as conn:
+            ctl = conn.execute("select state, sends from ilr.effects where workflow_id = %s",
+                               (control,)).fetchall()  # fmt: skip
+        assert self.rt.describe(control)["status"] == "completed", self.rt.describe(control)
+        assert [e["state"] for e in ctl] == ["committed"] and ctl[0]["sends"] >= 1, ctl
         TALLY["applied"] += len(TargetAdmin(self.target.url).ledger()["refunds"])
 
 
