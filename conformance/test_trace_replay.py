@@ -36,7 +36,8 @@ def _pick(paths: list[Path], n: int) -> list[Path]:
 BROKEN = tr.trace_paths("broken")
 SIMULATED = _pick(tr.trace_paths("simulated"), 2)
 TEMPORAL = _pick(tr.trace_paths("temporal"), 1)
-ASSUMPTION = tr.trace_paths("assumption") if LONG else []
+SERVER_SLOW = tr.TRACES / "ServerSlow_t2__EffectAtMostOnceTier12.json"
+ASSUMPTION = [p for p in tr.trace_paths("assumption") if p != SERVER_SLOW] if LONG else []
 
 
 def _id(p: Path) -> str:
@@ -140,3 +141,18 @@ def test_assumption_lifted_trace(path, admin, template, tmp_path):
     rest = {k: v for k, v in r.violations.items()
             if not (k == "EffectAtMostOnceTier12" and all("A2" in x for x in v))}  # fmt: skip
     assert not rest, r.violations
+
+
+def test_server_slow_tier2_double_application_is_reported_by_the_receipt(admin, template, tmp_path):
+    """A2 lifted (the target finishes the first request after send_deadline + settle_margin):
+    the model predicts a double application at tier 2 (conceded, DESIGN B9), and the replay
+    reproduces it on the runtime. Finding of this replay: verify() then still says the effect
+    happened once with its assumptions held, while the ledger shows two refunds
+    (ReceiptTruthful). Marked xfail until the runtime records the A2 violation it can see
+    (a lookup after the resend counts two); the reproduction itself must hold."""
+    r = _replay(SERVER_SLOW, admin, template, tmp_path)
+    assert r.applied == 2 and r.sends_seen == 2, r  # the trace's double application reproduced
+    assert set(r.violations) <= {"EffectAtMostOnceTier12", "NoOverlappingSends",
+                                 "ReceiptTruthful"}, r.violations  # fmt: skip
+    if r.violations.get("ReceiptTruthful"):
+        pytest.xfail(f"finding: {r.violations['ReceiptTruthful']}")

@@ -850,7 +850,8 @@ def _commit() -> str:
         return "unknown"
 
 
-def write_report(results: list[ReplayResult], wall: float) -> tuple[Path, Path]:
+def write_report(results: list[ReplayResult], wall: float,
+                 commit: str | None = None) -> tuple[Path, Path]:  # fmt: skip
     import platform
     from dataclasses import asdict
 
@@ -866,7 +867,7 @@ def write_report(results: list[ReplayResult], wall: float) -> tuple[Path, Path]:
         by_cat.setdefault(r.category, []).append(r)
     violations = [(r.trace, k, v) for r in results for k, v in r.violations.items()]
     doc = {
-        "commit": _commit(),
+        "commit": commit or _commit(),
         "generated_by": "python -m conformance.trace_replay --report",
         "python": platform.python_version(),
         "psycopg": psycopg.__version__,
@@ -896,7 +897,11 @@ def write_report(results: list[ReplayResult], wall: float) -> tuple[Path, Path]:
         "the evidence afterwards. A broken config's counterexample must not reproduce on the "
         "runtime: that is the evidence that the fix the broken config removes is in the code.",
         "",
-        f"**{len(results)} traces replayed, {len(violations)} invariant violations found.**",
+        f"**{len(results)} traces replayed; invariant violations: "
+        + ", ".join(f"{k} {sum(len(r.violations) for r in v)}" for k, v in sorted(by_cat.items()))
+        + ".** Broken, temporal and simulated traces must show none; an assumption-lifted "
+        "trace (PAUSE lifts A1, SERVER_SLOW lifts A2, PremiseTrueAtSend shows A3's window) may "
+        "show what the model predicts for it (results/runtime_tlc.md).",
         "",
         "| category | traces | configs |",
         "|---|---:|---|",
@@ -914,6 +919,11 @@ def write_report(results: list[ReplayResult], wall: float) -> tuple[Path, Path]:
         lines.append(f"| {r.trace} | {r.model_invariant or '-'} | {steps} | {r.status} | "
                      f"{r.sends_seen} | {r.applied} | {viol} | {len(r.divergences)} | "
                      f"{r.seconds} |")  # fmt: skip
+    if violations:
+        lines += ["", "## Violations found", ""]
+        for trace, name, msgs in violations:
+            lines.append(f"- `{trace}` {name}:")
+            lines += [f"  - {m}" for m in msgs]
     if doc["seeds"]:
         lines += [
             "",
@@ -942,7 +952,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("traces", nargs="*", help="trace files to replay (printed, no report)")
     ap.add_argument("--report", action="store_true", help="replay and write results/trace_replay.*")
     ap.add_argument("--all", action="store_true", help="every saved and simulated trace")
+    ap.add_argument("--render", action="store_true",
+                    help="re-render results/trace_replay.md from results/trace_replay.json")  # fmt: skip
     opts = ap.parse_args(argv)
+    if opts.render:
+        doc = json.loads((REPO / "results" / "trace_replay.json").read_text())
+        kept = [ReplayResult(**r) for r in doc["results"]]
+        write_report(kept, doc["wall_seconds"], doc["commit"])
+        return 0
     if opts.traces:
         paths = [Path(p) for p in opts.traces]
     elif opts.all:
