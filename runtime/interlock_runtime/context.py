@@ -212,9 +212,10 @@ class WorkflowContext:
                 self._raise(NonDeterminism(self._seq, recorded, called))
         return self._seq, row
 
-    def _frontier(self) -> None:
+    def _frontier(self, flush: bool = True) -> None:
         """Before a call runs for real: the claim must still be ours, locally and remotely,
-        and a pending cancel is delivered (once) here."""
+        and a pending cancel is delivered (once) here. A deferred step record is committed
+        first unless the caller commits it itself (flush=False: decide, before its model call)."""
         run = self._run
         if run.fenced:
             self._raise(Fenced(f"{run.workflow_id}: heartbeat found epoch {run.epoch} fenced"))
@@ -224,7 +225,8 @@ class WorkflowContext:
             )
         if self._stopping.is_set():
             self._raise(Release(f"{run.workflow_id}: worker stopping"))
-        self._flush()  # its fence may bring news of a cancel, delivered just below
+        if flush:
+            self._flush()  # its fence may bring news of a cancel, delivered just below
         if run.cancel_requested_at is not None and not self._cancel_delivered:
             self._cancel_delivered = True
             raise Cancelled(f"{run.workflow_id} was cancelled")
@@ -407,14 +409,19 @@ class WorkflowContext:
         rhash = request_hash(request)
         seq, row = self._next("decide", name, rhash)
         if row is None:
-            self._frontier()
+            self._frontier(flush=False)
             captured = premises() if premises else None
             captured_at = _iso(db.db_now(self._conn))
 
             def ask() -> Any:
                 self._frontier_live_only()
-                self._conn.execute(db.query("log_llm_call"), {"wf": self.workflow_id, "seq": seq,
-                                   "epoch": self.epoch, "request_hash": rhash})  # fmt: skip
+                params = {"wf": self.workflow_id, "seq": seq, "epoch": self.epoch,
+                          "request_hash": rhash}  # fmt: skip
+                if self._pending:  # a deferred step record and the call's log: one commit
+                    with self._fenced_write():
+                        self._conn.execute(db.query("log_llm_call"), params)
+                else:
+                    self._conn.execute(db.query("log_llm_call"), params)
                 return call(request)
 
             def shape(response: Any) -> dict:

@@ -166,6 +166,13 @@ def decider(ctx, inp):
     return {"amount": d.output["amount"], "premises": d.premises, "seq": d.ref["seq"]}
 
 
+@workflow(name="load_then_decide", version="1")
+def load_then_decide(ctx, inp):
+    case = ctx.step("load", lambda c: c, inp["case"])
+    d = ctx.decide("pick_amount", stub_model, {"case": case})
+    return {"amount": d.output["amount"]}
+
+
 @workflow(name="child_flow", version="1")
 def child_flow(ctx, inp):
     return ctx.step("double", lambda x: x * 2, inp["x"])
