@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test lint format prove tlc conformance bench soak pg-start pg-stop pg-status clean
+.PHONY: setup test lint format prove tlc conformance bench soak pg-start pg-stop pg-status clean browser console-shots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ format: setup
 
 # Everything, the bounded Hypothesis state machine included (3 examples of 10 steps; `make
 # conformance LONG=1` runs 25 of 30), then the quick TLC checks.
-test: setup pg-start lint
+test: setup pg-start lint browser
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory tlc-quick TLC_JOBS=1
 
@@ -55,6 +55,15 @@ bench: setup pg-start
 # and cancels; writes results/soak.md and results/soak.json. SOAK_ARGS passes options through.
 soak: setup pg-start
 	$(BIN)/python -m prove.soak $(SOAK_ARGS)
+
+# Debian's chromium for the console's browser tests (Playwright drives it by executable_path;
+# nothing is downloaded by Playwright itself). Needs root when chromium is missing.
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+# A screenshot of each console page under results/console/ (the console's browser tests).
+console-shots: setup pg-start browser
+	ILR_CONSOLE_SHOTS=results/console $(BIN)/python -m pytest runtime/tests/test_console.py -q
 
 clean:
 	-$(BIN)/interlock pg stop

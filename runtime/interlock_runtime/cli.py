@@ -18,6 +18,7 @@
     interlock breaker list | reset TARGET
     interlock watchdog [--threshold S] [--json] [--every S]
     interlock roles [--login USER=worker|operator|auditor ...]   (with an admin DSN)
+    interlock console [--port 8470]                              (the operator web console)
 
 Every verb takes --dsn (default: ILR_DSN, else the project's own cluster).
 """
@@ -328,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)  # fmt: skip
     sub.add_parser("verify", help="verify a receipt bundle file (see `interlock verify --help`)",
                    add_help=False)  # fmt: skip
+    sub.add_parser("console", help="the operator web console on loopback (see `interlock console --help`)",
+                   add_help=False)  # fmt: skip
     return parser
 
 
@@ -347,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         from .receipts import main as verify_main
 
         return verify_main(argv[1:])
+    if argv[:1] == ["console"]:  # the web console (the `console` extra), imported only here
+        from .console import main as console_main
+
+        return console_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -1,0 +1,321 @@
+"""The operator console (issue 12) in a real browser: Debian's chromium driven by Playwright,
+against a real console process, real workers and the local payment target, on a fresh database.
+
+`make console-shots` runs these tests with ILR_CONSOLE_SHOTS=results/console to keep a
+screenshot of each page; otherwise screenshots go to the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import flows
+import pytest
+from conftest import REPO, wait_for
+
+from interlock_runtime import Runtime, journal
+from prove.target import Target
+from prove.target_client import TargetAdmin
+
+PAYMENT = "pay_881"
+KEY = "console-test-receipt-key"
+CHECKS = ["happened", "happened_once", "authorized_when_fired", "assumptions_held",
+          "tamper_evident", "signed"]  # fmt: skip
+HOSTILE = "<b id='pwn'>bold</b><script>document.title='pwned'</script>"
+
+
+def chromium_path() -> str:
+    path = os.environ.get("ILR_CHROMIUM") or shutil.which("chromium")
+    if not path:
+        pytest.fail("chromium is not installed, so the console's browser tests cannot run: "
+                    "run `make browser` (as root: apt-get install -y chromium), or point "
+                    "ILR_CHROMIUM at a Chromium binary")  # fmt: skip
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: `make setup` (pip install -e '.[console]')")
+    with sync_playwright() as p:
+        # --no-sandbox: the tests run as root, where Chromium's sandbox refuses to start.
+        b = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+class Console:
+    """`interlock console --port 0` in its own process; reads the URL and token it prints."""
+
+    def __init__(self, dsn: str, log_dir: Path, env: dict[str, str] | None = None) -> None:
+        self._err = open(log_dir / "console.stderr", "w")
+        cmd = [sys.executable, "-m", "interlock_runtime.cli", "console", "--dsn", dsn,
+               "--port", "0"]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._err, text=True,
+                                     env={**os.environ, **(env or {})})  # fmt: skip
+        first, second = self.proc.stdout.readline(), self.proc.stdout.readline()
+        if not second.startswith("token: "):
+            self.close()
+            raise AssertionError(f"the console did not start: {first!r} {second!r}\n"
+                                 + (log_dir / "console.stderr").read_text())  # fmt: skip
+        self.url = first.split()[-1].removesuffix("/login")
+        self.token = second.split()[-1]
+        wait_for(self._answers, 30, "the console to answer")
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/login", timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the console exited with {self.proc.returncode}") from None
+            return False
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self._err.close()
+
+
+@pytest.fixture
+def console(dsn: str, tmp_path: Path) -> Iterator[Console]:
+    c = Console(dsn, tmp_path, env={"ILR_RECEIPT_KEY": KEY})
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[tuple[Target, TargetAdmin]]:
+    t = Target(2, db=str(tmp_path / "ledger.db")).start()
+    admin = TargetAdmin(t.url)
+    admin.create_payment(PAYMENT, 10000)
+    yield t, admin
+    t.stop()
+
+
+@pytest.fixture
+def shots(tmp_path: Path):
+    where = Path(os.environ.get("ILR_CONSOLE_SHOTS") or tmp_path / "shots")
+    if not where.is_absolute():
+        where = REPO / where
+    where.mkdir(parents=True, exist_ok=True)
+
+    def shot(page, name: str) -> None:
+        page.screenshot(path=str(where / f"{name}.png"), full_page=True)
+
+    return shot
+
+
+def case(t: Target, case_id: str, **extra: object) -> dict:
+    return {"id": case_id, "target_url": t.url, "payment": PAYMENT, "tier": 2, **extra}
+
+
+def wait_for_approval_wait(rt: Runtime, wf: str) -> dict:
+    wait_for(lambda: (rt.describe(wf)["waiting"] or {}).get("signal") == "approve", 30,
+             f"{wf} to wait for approval")  # fmt: skip
+    return rt.describe(wf)
+
+
+def login(page, console: Console, who: str) -> None:
+    page.goto(console.url + "/login")
+    page.fill("#token", console.token)
+    page.fill("#name", who)
+    page.click("#login")
+    page.wait_for_url("**/approvals")
+    assert page.inner_text("#who") == who
+
+
+def test_approve_in_the_browser_then_the_receipt_checks_all_pass(
+    dsn, conn, workers, target, console, browser, shots
+) -> None:
+    t, admin = target
+    wf = "refund-case-4471"
+    with Runtime(dsn) as rt:
+        workers("W1")
+        rt.start(flows.refund, wf, case(t, "case-4471", note="customer asked twice"))
+        decided = wait_for_approval_wait(rt, wf)["steps"][0]["output"]
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(console.url + "/login")
+        shots(page, "login")
+        login(page, console, "alice")
+
+        card = page.locator(f"section.approval[data-workflow='{wf}']")
+        assert card.count() == 1
+        # What the model decided and the facts it decided on, as recorded.
+        assert json.loads(card.locator(".output").inner_text())["amount"] == 2000
+        assert json.loads(card.locator(".premises").inner_text()) == decided["premises"]
+        assert decided["premises"] == {"payment": PAYMENT, "eligible": True,
+                                       "refunded_by_others": 0}  # fmt: skip
+        assert card.locator(".captured-at").inner_text() == decided["captured_at"]
+        shown = json.loads(card.locator(".payload").inner_text())
+        assert shown == {"payment": PAYMENT, "amount": 2000}
+        shots(page, "approvals")
+
+        card.locator("button.approve").click()
+        page.wait_for_url(f"**/workflows/{wf}")
+        assert "Approved" in page.inner_text("#flash")
+        out = rt.result(wf, timeout=60)
+        assert out["status"] == "COMMITTED"
+        eff = rt.effects(wf)[0]
+
+    # The grant binds exactly the shown payload and premises, and says who approved.
+    g = conn.execute("select granted_by, payload_hash, facts_seen from ilr.grants where id = %s",
+                     (eff["grant_id"],)).fetchone()  # fmt: skip
+    assert g == {"granted_by": "alice", "payload_hash": journal.payload_hash(shown),
+                 "facts_seen": decided["premises"]}  # fmt: skip
+    assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
+
+    page.reload()
+    assert page.inner_text("#wf-status") == "completed"
+    assert "alice" in page.locator("#signals .sender").all_inner_texts()
+    shots(page, "workflow")
+    page.click("a.effect-link")
+    page.wait_for_url(f"**/effects/{eff['effect_id']}")
+    marks = {li.get_attribute("data-check"): li.get_attribute("class")
+             for li in page.locator("#checklist li").all()}  # fmt: skip
+    assert marks == {c: "check ok" for c in CHECKS}
+    assert page.inner_text("#receipt-verdict").startswith("VALID")
+    shots(page, "receipt")
+    for name in ("workflows", "effects", "grants"):
+        page.goto(f"{console.url}/{name}")
+        shots(page, name)
+    page.close()
+
+
+def test_revoke_in_the_browser_during_a_slow_send_lists_it_as_may_still_land(
+    dsn, conn, workers, target, console, browser, shots
+) -> None:
+    t, admin = target
+    admin.set_delay(10_000, count=1)  # the refund POST sits 10 s at the target
+    wf = "refund-slow"
+    with Runtime(dsn) as rt:
+        rt.register(flows.refund)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        login(page, console, "bob")
+        rt.start(flows.refund, wf, case(t, "case-slow", send_timeout=30))
+        workers("W1")
+        decided = wait_for_approval_wait(rt, wf)["steps"][0]["output"]
+        grant = rt.approve(wf, {"payment": PAYMENT, "amount": 2000}, decided["premises"],
+                           by="alice")  # fmt: skip
+        page.goto(console.url + "/grants")
+        revoke = page.locator(f"tr[data-grant='{grant}'] button.revoke")
+        # The send is on the wire: dispatched in Postgres, the POST inside the target's delay.
+        wait_for(lambda: rt.effects(wf) and rt.effects(wf)[0]["state"] == "dispatched", 30,
+                 "the dispatch")  # fmt: skip
+        wait_for(lambda: [p for p in admin.log(path="/refunds", method="POST")
+                          if p.get("start") and not p.get("end")], 30, "the POST to arrive")  # fmt: skip
+        revoke.click()
+        page.wait_for_url("**/revoke")
+        eid = rt.effects(wf)[0]["effect_id"]
+        assert page.locator("#may-still-land li").all_inner_texts() == [eid]
+        shots(page, "revoked")
+        row = conn.execute("select revoked_by from ilr.grants where id = %s", (grant,)).fetchone()
+        assert row["revoked_by"] == "bob"
+        # It was authorized when it was fired, so it may land, and it does.
+        assert rt.result(wf, timeout=60)["status"] == "COMMITTED"
+    assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
+    page.goto(console.url + "/grants")
+    assert "revoked by bob" in page.inner_text(f"tr[data-grant='{grant}']")
+    page.close()
+
+
+def test_reject_from_the_inbox_cancels_and_records_who(
+    dsn, workers, target, console, browser
+) -> None:
+    t, admin = target
+    wf = "refund-rejected"
+    with Runtime(dsn) as rt:
+        workers("W1")
+        rt.start(flows.refund, wf, case(t, "case-rej"))
+        wait_for_approval_wait(rt, wf)
+        page = browser.new_page()
+        login(page, console, "carol")
+        page.locator(f"section.approval[data-workflow='{wf}'] button.reject").click()
+        page.wait_for_url(f"**/workflows/{wf}")
+        wait_for(lambda: rt.describe(wf)["status"] == "cancelled", 30, "the cancel")
+        assert rt.describe(wf)["cancel_requested_by"] == "carol"
+    page.reload()
+    assert "by carol" in page.inner_text("#wf-cancel")
+    page.goto(console.url + "/approvals")
+    assert page.locator("#empty-inbox").count() == 1
+    assert admin.ledger()["refunds"] == []
+    page.close()
+
+
+def test_forged_posts_escaping_and_unknown_ids(dsn, conn, workers, console, browser) -> None:
+    with Runtime(dsn) as rt:
+        grant = rt.grant("agent", "refund", max_cents=5000, by="policy")
+        workers("W1")
+        rt.start(flows.echo, "wf-html", {"note": HOSTILE})
+        assert rt.result("wf-html", timeout=30) == {"note": HOSTILE}
+
+    def revoked() -> bool:
+        row = conn.execute("select revoked_at from ilr.grants where id = %s", (grant,)).fetchone()
+        return row["revoked_at"] is not None
+
+    # A POST from a page without the session cookie (a forged cross-site form) is refused.
+    stranger = browser.new_context()
+    r = stranger.request.post(console.url + "/revoke", form={"grant_id": grant, "csrf": "x"},
+                              max_redirects=0)  # fmt: skip
+    assert r.status == 403 and not revoked()
+    r = stranger.request.post(console.url + "/login", form={"token": "wrong" * 5, "who": "eve"})
+    assert r.status == 403
+    stranger.close()
+
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    login(page, console, "dave")
+    # Logged in, but without the CSRF field, or with another value: refused, nothing revoked.
+    for form in ({"grant_id": grant}, {"grant_id": grant, "csrf": "not-the-session-csrf"}):
+        r = ctx.request.post(console.url + "/revoke", form=form, max_redirects=0)
+        assert r.status == 403 and "CSRF" in r.text()
+        assert not revoked()
+
+    # HTML in a payload is text on the page, never markup.
+    response = page.goto(console.url + "/workflows/wf-html")
+    assert response.status == 200
+    assert page.locator("#pwn").count() == 0 and page.title() != "pwned"
+    assert HOSTILE in page.inner_text("#wf-input")
+    assert HOSTILE in page.inner_text("#steps")
+    assert "&lt;b id=&#39;pwn&#39;&gt;" in response.text()
+
+    # Unknown ids are 404 pages that say what was not found, not tracebacks.
+    for path, says in (("/workflows/no-such-wf", "no workflow with id 'no-such-wf'"),
+                       ("/effects/no-such-effect", "no effect with id 'no-such-effect'"),
+                       ("/grants/no-such-grant", "no grant with id 'no-such-grant'"),
+                       ("/no/such/page", "No page at /no/such/page")):  # fmt: skip
+        response = page.goto(console.url + path)
+        assert response.status == 404, path
+        assert says in page.inner_text("#message")
+        assert "Traceback" not in response.text()
+    # A revoke of an unknown grant through the real form path is a 404 too.
+    r = ctx.request.post(console.url + "/revoke", max_redirects=0,
+                         form={"grant_id": "no-such-grant", "csrf": csrf(page)})  # fmt: skip
+    assert r.status == 404
+    ctx.close()
+
+
+def csrf(page) -> str:
+    return page.locator("input[name=csrf]").first.get_attribute("value")
+
+
+def test_the_console_refuses_to_bind_anything_but_loopback() -> None:
+    for host in ("0.0.0.0", "192.0.2.7", "example.org"):
+        p = subprocess.run([sys.executable, "-m", "interlock_runtime.cli", "console", "--host",
+                            host, "--port", "0"], capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert p.returncode == 2 and "loopback only" in p.stderr, (host, p.stderr)
