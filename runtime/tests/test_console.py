@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -100,12 +101,25 @@ def console(dsn: str, tmp_path: Path) -> Iterator[Console]:
 
 
 @pytest.fixture
-def target(tmp_path: Path) -> Iterator[tuple[Target, TargetAdmin]]:
-    t = Target(2, db=str(tmp_path / "ledger.db")).start()
-    admin = TargetAdmin(t.url)
-    admin.create_payment(PAYMENT, 10000)
-    yield t, admin
-    t.stop()
+def targets(tmp_path: Path) -> Iterator:
+    """The local payment target at a tier, with PAYMENT paid 10000; stopped at the end."""
+    started: list[Target] = []
+
+    def make(tier: int = 2) -> tuple[Target, TargetAdmin]:
+        t = Target(tier, db=str(tmp_path / f"ledger{len(started)}.db")).start()
+        started.append(t)
+        admin = TargetAdmin(t.url)
+        admin.create_payment(PAYMENT, 10000)
+        return t, admin
+
+    yield make
+    for t in started:
+        t.stop()
+
+
+@pytest.fixture
+def target(targets) -> tuple[Target, TargetAdmin]:
+    return targets(2)
 
 
 @pytest.fixture
@@ -122,7 +136,7 @@ def shots(tmp_path: Path):
 
 
 def case(t: Target, case_id: str, **extra: object) -> dict:
-    return {"id": case_id, "target_url": t.url, "payment": PAYMENT, "tier": 2, **extra}
+    return {"id": case_id, "target_url": t.url, "payment": PAYMENT, "tier": t.tier, **extra}
 
 
 def wait_for_approval_wait(rt: Runtime, wf: str) -> dict:
@@ -254,6 +268,43 @@ def test_reject_from_the_inbox_cancels_and_records_who(
     page.goto(console.url + "/approvals")
     assert page.locator("#empty-inbox").count() == 1
     assert admin.ledger()["refunds"] == []
+    page.close()
+
+
+def test_ambiguous_effect_is_reconciled_from_the_effects_page(
+    dsn, conn, workers, targets, console, browser, shots
+) -> None:
+    """A tier-3 target answers no lookups: the sender is SIGKILLed after its send, so the
+    successor cannot tell whether the refund landed and the effect ends AMBIGUOUS."""
+    t, admin = targets(3)
+    wf = "refund-ambiguous"
+    with Runtime(dsn) as rt:
+        dying = workers("W1", env={"ILR_KILL_AT": "effect_after_send"}, lease_ttl=1.5)
+        rt.start(flows.refund, wf, case(t, "case-amb"))
+        decided = wait_for_approval_wait(rt, wf)["steps"][0]["output"]
+        rt.approve(wf, {"payment": PAYMENT, "amount": 2000}, decided["premises"], by="alice")
+        assert dying.proc.wait(timeout=30) == -signal.SIGKILL
+        workers("W2", lease_ttl=1.5)
+        out = rt.result(wf, timeout=40)
+    assert out["status"] == "AMBIGUOUS"
+    eid = out["effect_id"]
+
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    login(page, console, "erin")
+    page.goto(console.url + "/effects")
+    row = page.locator("#ambiguous tbody tr", has_text=eid)
+    assert row.count() == 1
+    shots(page, "ambiguous")
+    row.locator("input[name=evidence]").fill("target ledger shows re_000001 for 2000 on pay_881")
+    row.locator("button").click()
+    page.wait_for_url(f"**/effects/{eid}")
+    assert "Attested by erin" in page.inner_text("#reconciled")
+    # The receipt says what is known: the landing is unknown, nothing else failed.
+    marks = {li.get_attribute("data-check"): li.get_attribute("class")
+             for li in page.locator("#checklist li").all()}  # fmt: skip
+    assert marks == {**{c: "check ok" for c in CHECKS}, "happened": "check unknown"}
+    got = conn.execute("select reconciled from ilr.effects where effect_id = %s", (eid,))
+    assert got.fetchone()["reconciled"]["by"] == "erin"
     page.close()
 
 
