@@ -146,13 +146,13 @@ def test_assumption_lifted_trace(path, admin, template, tmp_path):
 def test_server_slow_tier2_double_application_is_reported_by_the_receipt(admin, template, tmp_path):
     """A2 lifted (the target finishes the first request after send_deadline + settle_margin):
     the model predicts a double application at tier 2 (conceded, DESIGN B9), and the replay
-    reproduces it on the runtime. Finding of this replay: verify() then still says the effect
-    happened once with its assumptions held, while the ledger shows two refunds
-    (ReceiptTruthful). Marked xfail until the runtime records the A2 violation it can see
-    (a lookup after the resend counts two); the reproduction itself must hold."""
+    reproduces it on the runtime. Found by this replay: verify() then said the effect happened
+    once while the ledger showed two refunds (ReceiptTruthful), because the resender lost its
+    claim and its late-path commit dropped `via`. Fixed in the runtime: that commit keeps
+    `via: recovery-reapply`, and a lookup after the resend settles appends AUDITED
+    {applications: 2, assumption_violated: A2}, so the receipt no longer claims "once"."""
     r = _replay(SERVER_SLOW, admin, template, tmp_path)
     assert r.applied == 2 and r.sends_seen == 2, r  # the trace's double application reproduced
     assert set(r.violations) <= {"EffectAtMostOnceTier12", "NoOverlappingSends",
                                  "ReceiptTruthful"}, r.violations  # fmt: skip
-    if r.violations.get("ReceiptTruthful"):
-        pytest.xfail(f"finding: {r.violations['ReceiptTruthful']}")
+    assert "ReceiptTruthful" not in r.violations, r.violations

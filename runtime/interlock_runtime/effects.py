@@ -33,6 +33,7 @@ from psycopg import sql
 
 from . import db, journal, killpoints
 from .errors import Fenced, InvalidInput, Suspend, TargetRejected
+from .events import emit
 
 if TYPE_CHECKING:
     from .context import WorkflowContext
@@ -439,9 +440,37 @@ class EffectCall:
             fields.update(via=via, rechecked=rechecked)
             status = {"retry-idempotent": "COMMITTED_BY_RETRY",
                       "recovery-reapply": "REAPPLIED_AFTER_QUERY"}[via]  # fmt: skip
-        outcome = self._t_commit(status, fields)
+        try:
+            outcome = self._t_commit(status, fields)
+        finally:  # also when the claim was lost meanwhile (the late path committed or kept it)
+            if via == "recovery-reapply":
+                self._settle_audit()
         killpoints.hit("effect_after_commit")
         return outcome
+
+    def _settle_audit(self) -> None:
+        """A resend after a lookup found nothing rests on A2 (the first send had settled by
+        then). Once the resend has settled too, look once more: two applications mean A2 was
+        broken, and the journal says so, so that the receipt never claims "once" against the
+        ledger. It sees what has landed by then; a send that lands even later is not seen."""
+        try:
+            eff = self.conn.execute(db.query("get_effect"), {"eid": self.eid}).fetchone()
+            wait = (eff["send_deadline"] + eff["settle_margin"] - eff["now"]).total_seconds()
+            time.sleep(max(0.0, wait))
+            found = self.target.query(self.eid, self.payload)
+            count = found.get("count") if isinstance(found, dict) else None
+            if not (isinstance(count, int) and count > 1):
+                return
+            # Evidence, like a late result: unfenced, under the effect row's lock only.
+            with self.conn.transaction():
+                self.conn.execute(db.query("lock_effect"), {"eid": self.eid}).fetchone()
+                now = db.db_now(self.conn).timestamp()
+                _Chain(self.conn, self.eid, _entries(self.conn, self.eid), now).append(
+                    "AUDITED", applications=count, assumption_violated="A2",
+                    reason="a lookup after the resend settled")  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - best effort: the outcome stands as recorded
+            emit("settle_audit_failed", wf=self.ctx.workflow_id, effect=self.eid,
+                 error=f"{type(exc).__name__}: {exc}")  # fmt: skip
 
     def _t_commit(self, status: str, fields: dict) -> EffectResult:
         """COMMITTED and the step row in one fenced transaction; on a lost fence, the late
@@ -459,10 +488,10 @@ class EffectCall:
                     )
                     return self._record(status, fields["result"])
         except Fenced:
-            self._late_result(fields["result"])
+            self._late_result(fields["result"], fields)
             raise
         # Still our claim, but someone else resolved the send meanwhile: keep the response.
-        self._late_result(fields["result"])
+        self._late_result(fields["result"], fields)
         return self._record_resolved_elsewhere()
 
     def _record_resolved_elsewhere(self) -> EffectResult:
@@ -477,9 +506,10 @@ class EffectCall:
         return (eff["dispatch_workflow_id"], eff["dispatch_epoch"]) == (self.ctx.workflow_id,
                                                                         self.ctx.epoch)  # fmt: skip
 
-    def _late_result(self, result: Any) -> None:
+    def _late_result(self, result: Any, fields: dict | None = None) -> None:
         """Spec 5.7 (f): unfenced, locks only the effect row. A response that arrives after
-        the claim was lost is never dropped (LateResultPreserved)."""
+        the claim was lost is never dropped (LateResultPreserved). A commit here keeps the
+        resend's `via` and `rechecked`, so the journal still shows the send was a resend."""
         with self.conn.transaction():
             eff = self.conn.execute(db.query("lock_effect"), {"eid": self.eid}).fetchone()
             now = db.db_now(self.conn).timestamp()
@@ -487,7 +517,8 @@ class EffectCall:
             if eff["state"] == "dispatched" and self._dispatched_by_me(eff):
                 # Our dispatch is still the open one: this compare-and-set may commit it, with no
                 # step row (our successor replays it as DUPLICATE_IGNORED).
-                chain.append("COMMITTED", result=result)
+                resend = {k: v for k, v in (fields or {}).items() if k in ("via", "rechecked")}
+                chain.append("COMMITTED", result=result, **resend)
                 self.conn.execute(
                     db.query("set_effect_state"), {"eid": self.eid, "state": "committed"}
                 )
@@ -625,6 +656,10 @@ class EffectCall:
                 extra = {"verified": True} if post[0] else {}
                 chain.append("COMMITTED", via="recovery-query", rechecked=rechecked, found=found,
                              result=found, **extra)  # fmt: skip
+                count = found.get("count") if isinstance(found, dict) else None
+                if isinstance(count, int) and count > 1:  # the lookup itself shows A2 broken
+                    chain.append("AUDITED", applications=count, assumption_violated="A2",
+                                 reason="the recovery lookup found more than one application")  # fmt: skip
                 return finish("committed", "COMMITTED_ON_QUERY", found)
             elif stale:
                 chain.append("REFUSED", reason=f"{why} at recovery", resolves=True,

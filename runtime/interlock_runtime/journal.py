@@ -29,6 +29,7 @@ KINDS = (
     "REFUSED",
     "AMBIGUOUS",
     "LATE_RESULT",
+    "AUDITED",
 )
 
 # Entries that end an open DISPATCHED (a REFUSED only when it carries resolves: true).

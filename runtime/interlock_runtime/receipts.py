@@ -348,6 +348,7 @@ def _analyse(entries: list[Any]) -> dict[str, Any]:
     episodes: list[dict[str, Any]] = []  # one per DISPATCHED: its resolution and late results
     refusals: list[dict[str, Any]] = []
     late_results: list[dict[str, Any]] = []
+    audited = 0  # the most applications a lookup after a settled resend has counted
     committed: list[dict[str, Any]] = []
     ambiguous: list[dict[str, Any]] = []
     ignored: list[str] = []
@@ -455,6 +456,14 @@ def _analyse(entries: list[Any]) -> dict[str, Any]:
                 state = "proposed"
             else:
                 state = state or "proposed"
+        elif kind == "AUDITED":
+            # A lookup after a resend had settled, counting the applications it could see.
+            audited = max(audited, int(entry.get("applications") or 0))
+            if (entry.get("applications") or 0) > 1:
+                findings.append(
+                    f"{where}: a lookup after the resend settled found {entry['applications']} "
+                    f"applications (assumption {entry.get('assumption_violated')} broken)"
+                )
         elif kind == "LATE_RESULT":
             late_results.append(
                 {
@@ -501,6 +510,7 @@ def _analyse(entries: list[Any]) -> dict[str, Any]:
                     f"entries[{late[0]}]: the send resolved as not landed at "
                     f"entries[{ep['resolved_at']}] did land"
                 )
+    landings = max(landings, audited)
     return {
         "state": state,
         "sends": sends,

@@ -209,6 +209,7 @@ def test_kinds_constant() -> None:
         "REFUSED",
         "AMBIGUOUS",
         "LATE_RESULT",
+        "AUDITED",
     )
 
 

@@ -819,3 +819,23 @@ def test_cli_as_a_process(tmp_path: Path) -> None:
     assert tampered.returncode == 1 and "INVALID" in tampered.stdout
     missing = run(str(tmp_path / "nope.json"))
     assert missing.returncode == 2 and "nope.json" in missing.stderr
+
+
+def test_an_audit_that_counts_two_applications_denies_once() -> None:
+    # Tier 2: recovery looked the refund up, found nothing, and resent; the first send landed
+    # after send_deadline + settle_margin after all (assumption A2 broken). The lookup after
+    # the resend settled counts two, and the receipt must not claim "once".
+    reapplied = (
+        Journal().submit(epoch=1).wait(8.0)
+        .add("COMMITTED", via="recovery-reapply", rechecked=checks(), result=RESULT)
+    )  # fmt: skip
+    r = verify(reapplied.bundle(KEY), KEY)
+    assert (r["valid"], r["happened"], r["happened_once"]) == (True, True, True)
+    audited = reapplied.add("AUDITED", applications=2, assumption_violated="A2",
+                            reason="a lookup after the resend settled")  # fmt: skip
+    r = verify(audited.bundle(KEY), KEY)
+    assert (r["valid"], r["happened"], r["happened_once"]) == (True, True, False)
+    assert r["evidence"]["landings"] == 2
+    assert any("found 2 applications (assumption A2 broken)" in f
+               for f in r["evidence"]["findings"])  # fmt: skip
+    assert "AUDITED" not in r["evidence"]["ignored_kinds"]

@@ -134,13 +134,17 @@ create index if not exists effects_by_grant on ilr.effects (grant_id) where stat
 create table if not exists ilr.journal (
   seq bigserial primary key,
   effect_id text not null references ilr.effects(effect_id),
-  kind text not null check (kind in
-    ('PROPOSED','AUTHORIZED','DISPATCHED','COMMITTED','REFUSED','AMBIGUOUS','LATE_RESULT')),
+  kind text not null,
   body text not null,                       -- the sealed entry, stored verbatim (never jsonb)
   prev text,
   hash text not null unique,
   unique nulls not distinct (effect_id, prev)
 );
+-- The kinds of journal.KINDS; replaced on every schema application, so a database made by an
+-- older version learns a new kind (AUDITED: a lookup after a settled resend).
+alter table ilr.journal drop constraint if exists journal_kind_check;
+alter table ilr.journal add constraint journal_kind_check check (kind in
+  ('PROPOSED','AUTHORIZED','DISPATCHED','COMMITTED','REFUSED','AMBIGUOUS','LATE_RESULT','AUDITED'));
 create unique index if not exists one_commit on ilr.journal (effect_id) where kind = 'COMMITTED';
 
 create or replace function ilr.append_only() returns trigger language plpgsql as
