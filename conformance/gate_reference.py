@@ -407,7 +407,7 @@ class GateReference:
         """(e) fenced: still dispatched by this pair -> COMMITTED, state committed, the step row
         (none when the send was another payload's, B13: the caller goes round again)."""
         if not self._fence_holds(caller):
-            self._late_result(caller, fields["result"])
+            self._late_result(caller, fields["result"], fields)
             return FENCED
         row = self.row
         if row.state == "dispatched" and row.dispatch_pair == caller:
@@ -415,16 +415,17 @@ class GateReference:
             row.state = "committed"
             return self._record(caller, status) if record else None
         # resolved by someone else meanwhile: keep the response, take the effect's outcome
-        self._late_result(caller, fields["result"])
+        self._late_result(caller, fields["result"], fields)
         return self._record(caller, "DUPLICATE_IGNORED" if row.state == "committed"
                             else "AMBIGUOUS")  # fmt: skip
 
-    def _late_result(self, caller, result: Any) -> None:
+    def _late_result(self, caller, result: Any, fields: dict | None = None) -> None:
         """(f) unfenced, the effect row only: commit our still-open dispatch (no step row), or
         keep the response as LATE_RESULT (A2 broken when the effect went back to proposed)."""
         row = self.row
         if row.state == "dispatched" and row.dispatch_pair == caller:
-            self._append("COMMITTED", result=result)
+            resend = {k: v for k, v in (fields or {}).items() if k in ("via", "rechecked")}
+            self._append("COMMITTED", result=result, **resend)  # a resend stays visible as one
             row.state = "committed"
             return
         late = {"result": result, "from_epoch": caller[1], "state_at_arrival": row.state}
