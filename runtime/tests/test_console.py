@@ -370,3 +370,31 @@ def test_the_console_refuses_to_bind_anything_but_loopback() -> None:
         p = subprocess.run([sys.executable, "-m", "interlock_runtime.cli", "console", "--host",
                             host, "--port", "0"], capture_output=True, text=True, timeout=60)  # fmt: skip
         assert p.returncode == 2 and "loopback only" in p.stderr, (host, p.stderr)
+
+
+def test_the_console_runs_under_the_operator_role(dsn, conn, browser, tmp_path) -> None:
+    """With an ilr_operator login every page reads and Revoke writes; the header names the
+    database role, so an operator sees which authority the console holds."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from interlock_runtime import db
+
+    db.apply_roles(conn, {"ilr_t_console_op": "operator"})
+    op_dsn = make_conninfo(**{**conninfo_to_dict(dsn), "user": "ilr_t_console_op"})
+    with Runtime(dsn) as rt:
+        grant = rt.grant("agent", "refund", max_cents=5000, by="policy")
+    c = Console(op_dsn, tmp_path)
+    try:
+        page = browser.new_page()
+        login(page, c, "frank")
+        assert "database role ilr_t_console_op" in page.inner_text("header")
+        for name in ("approvals", "workflows", "effects", "grants"):
+            assert page.goto(f"{c.url}/{name}").status == 200, name
+        page.locator(f"tr[data-grant='{grant}'] button.revoke").click()
+        page.wait_for_url("**/revoke")
+        assert page.inner_text("#nothing-in-flight").startswith("None")
+        row = conn.execute("select revoked_by from ilr.grants where id = %s", (grant,)).fetchone()
+        assert row["revoked_by"] == "frank"
+        page.close()
+    finally:
+        c.close()
