@@ -289,6 +289,27 @@ def _to_python(node: yaml.Node) -> Any:
     return yaml.SafeLoader(" ").construct_document(node) if node is not None else None
 
 
+def _refuse_collection_aliases(path: Path, root: yaml.Node | None) -> None:
+    """An alias to a list or a mapping is refused: a few nested ones expand exponentially
+    (a 'billion laughs' took minutes of validation), and no scenario needs one."""
+    seen: set[int] = set()
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            continue
+        if id(node) in seen:  # composed once, reached twice: an alias
+            line = node.start_mark.line + 1
+            raise ScenarioError(path, line, "", "an alias (*name) to a list or a mapping is not "
+                                "allowed in a scenario; write the value out")  # fmt: skip
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.extend((k, v))
+
+
 def _node_at(node: yaml.Node | None, path: list[Any]) -> yaml.Node | None:
     """The deepest node along `path` (mapping keys and sequence indexes)."""
     for part in path:
@@ -352,21 +373,34 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
     """Load and validate one scenario file; raise ScenarioError on the first problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as e:
         raise ScenarioError(path, None, "", f"cannot read: {e.strerror}") from None
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ScenarioError(path, line, "", f"not UTF-8: byte 0x{raw[e.start]:02x} at offset "
+                            f"{e.start}; save the file as UTF-8") from None  # fmt: skip
+    try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        _refuse_collection_aliases(path, root)
+        data = _to_python(root)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark else None
         raise ScenarioError(path, line, "", f"not valid YAML: {getattr(e, 'problem', e)}") from None
-    data = _to_python(root)
+    except RecursionError:
+        raise ScenarioError(path, None, "", "nested too deeply to read") from None
+    except (ValueError, TypeError, IndexError) as e:  # PyYAML's constructors raise these too
+        raise ScenarioError(path, None, "", f"a value cannot be read: {e}") from None
     if not isinstance(data, dict):
         raise ScenarioError(path, 1, "", "expected a mapping at the top level")
 
     validator = jsonschema.Draft202012Validator(SCHEMA)
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
+    # keys of a YAML mapping may be ints as well as strings: sort paths by their text
+    errors = sorted(validator.iter_errors(data),
+                    key=lambda e: ([str(p) for p in e.absolute_path], e.message))  # fmt: skip
     if errors:
         err = jsonschema.exceptions.best_match(errors) or errors[0]
         # best_match picks the most relevant; report its deepest context when it is a oneOf.
