@@ -319,6 +319,37 @@ class ModelStub:
         self.stop()
 
 
+_CLIENTS: dict[tuple, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _client(base_url: str, api_key: str, timeout: float, max_retries: int,
+            worker: str | None) -> Any:  # fmt: skip
+    """One SDK client per process and settings, as an application would keep one: building a
+    client (its HTTP pool and TLS context) costs tens of milliseconds of CPU, which made a new
+    client per call the largest cost of the benchmark's refund shape on two cores."""
+    import anthropic
+
+    key = (base_url, api_key, timeout, max_retries, worker)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            headers = {"X-ILR-Worker": worker} if worker else None
+            client = _CLIENTS[key] = anthropic.Anthropic(
+                base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
+                default_headers=headers,
+            )  # fmt: skip
+        return client
+
+
+def _drop_client(base_url: str, api_key: str, timeout: float, max_retries: int,
+                 worker: str | None) -> None:  # fmt: skip
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.pop((base_url, api_key, timeout, max_retries, worker), None)
+    if client is not None:
+        client.close()
+
+
 def decide_amount(
     base_url: str,
     case: str,
@@ -336,13 +367,7 @@ def decide_amount(
     SDK's own retries are off by default (``max_retries=0``) so that each call here is one
     model call in the stub's log; retries belong to the workflow engine.
     Returns ``{"amount", "model", "usage", "id", "emulated"}``."""
-    import anthropic
-
-    headers = {"X-ILR-Worker": worker} if worker else None
-    client = anthropic.Anthropic(
-        base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
-        default_headers=headers,
-    )  # fmt: skip
+    client = _client(base_url, api_key, timeout, max_retries, worker)
     facts = {"case": case, **(context or {})}
     prompt = (
         "Decide the refund amount in cents for this support case. "
@@ -354,8 +379,9 @@ def decide_amount(
         )
         msg = raw.parse()
         emulated = raw.headers.get(EMULATED_HEADER[0])
-    finally:
-        client.close()
+    except Exception:
+        _drop_client(base_url, api_key, timeout, max_retries, worker)  # no reuse after a fault
+        raise
     text = "".join(getattr(b, "text", "") for b in msg.content)
     try:
         amount = json.loads(text)["amount"]
