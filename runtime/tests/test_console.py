@@ -34,7 +34,7 @@ HOSTILE = "<b id='pwn'>bold</b><script>document.title='pwned'</script>"
 
 def chromium_path() -> str:
     path = os.environ.get("ILR_CHROMIUM") or shutil.which("chromium")
-    if not path:
+    if not path or not os.access(path, os.X_OK):
         pytest.fail("chromium is not installed, so the console's browser tests cannot run: "
                     "run `make browser` (as root: apt-get install -y chromium), or point "
                     "ILR_CHROMIUM at a Chromium binary")  # fmt: skip
