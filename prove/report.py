@@ -92,7 +92,38 @@ CONCESSIONS = [
 # Why a measured cell contradicts its prediction, keyed (scenario, system, tier or None for
 # every tier, variant). Printed only beside a contradiction the runs actually show; the numbers
 # always come from the run files. Written after diagnosing the runs.
-REASONS: dict[tuple, str] = {}
+REASONS: dict[tuple, str] = {
+    ("S05", "temporal_idem", None, "base"): (
+        "the spec's $50 counts the reset alone ($20 + the reset run's $30 under a new run id, "
+        "so a new key). At tiers 2 and 3 the crash before the reset already duplicated, as in "
+        "S01 ((a) t2/t3 $40: the retry re-POSTs and the target does not dedupe), so the reset's "
+        "$30 comes on top of $40: $70. Same mechanism, composed."
+    ),
+    ("S05", "temporal_check", 3, "base"): (
+        "the reset run's 3000 is refused (amount differs from the approval), as predicted; the "
+        "$40 comes from the crash before the reset: at tier 3 (b) has no lookup, so its retry "
+        "re-POSTs (S01 (b) t3 predicts exactly that $40)."
+    ),
+    ("S05b", "runtime", None, "base"): (
+        "the prediction's $20 presumes the first decision (2000) stands, but the crash at "
+        "decide_after_response comes before it is recorded, so the re-call decides 3000. The "
+        "approval binds the grant to the 2000 payload's hash, so the 3000 effect is refused "
+        "(REFUSED:lease: the grant does not cover this payload) and nothing is sent: $0, the "
+        "refusal surfaced, counted as blocked_never_sent. The spec's S05b row does not fit its "
+        "own setup; the measurement stands."
+    ),
+    ("S05b", "temporal_check", None, "base"): (
+        "as for the runtime: the re-call decided 3000, the approval was for 2000; (b)'s grant "
+        "check (3000 > max_cents 2000) raises `not authorized` before anything is sent: $0, "
+        "not $20."
+    ),
+    ("S08a", "runtime", 1, "base"): (
+        "at tier 1 the successor resolves the open send by resending under the same key inside "
+        "the dedup window: the target replays the stored refund, so the status is "
+        "COMMITTED_BY_RETRY (as in S01 at tier 1), not COMMITTED_ON_QUERY; one application, "
+        "and the late response is kept as the effect's late_result."
+    ),
+}
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -252,12 +283,15 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         f"(n = {min((c['n'] for c in cells), default=0)}-{max((c['n'] for c in cells), default=0)}"
         " per cell)"
     )
+    commits = sorted({str((r.get("versions") or {}).get("git_commit")) for r in results})
+    w(f"- the runs were made at commit(s): {', '.join(f'`{c}`' for c in commits)}")
     w(
-        f"- git commit: `{versions.get('git_commit')}`"
+        f"- report written at git commit: `{versions.get('git_commit')}`"
         f"{' (working tree dirty)' if versions.get('git_dirty') else ' (clean)'}"
     )
     w(
-        f"- versions: Postgres {versions.get('postgres')}, temporalio "
+        f"- versions: Postgres {versions.get('postgres')} (port "
+        f"{versions.get('postgres_port')}), temporalio "
         f"{versions.get('temporalio')}, temporal CLI {versions.get('temporal_cli')}, anthropic "
         f"{versions.get('anthropic')}, Python {versions.get('python')} on "
         f"{versions.get('platform')}"
@@ -323,7 +357,7 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
             w(
                 f"- {c['scenario']} tier {c['tier']} {c['variant']} {_label(c)}: predicted "
                 f"{c['expected']}, measured {_observed(c)} (held in {c['prediction_held']} of "
-                f"{c['prediction_checked']} instrumented runs). Why: {reason}"
+                f"{c['prediction_checked']} runs checked). Why: {reason}"
             )
     else:
         w("\nEvery measurement matched its prediction.")

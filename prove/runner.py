@@ -96,6 +96,7 @@ def versions(admin_dsn: str) -> dict:
         "git_commit": git("rev-parse", "HEAD"),
         "git_dirty": bool(git("status", "--porcelain")),
         "postgres": pg,
+        "postgres_port": psycopg.conninfo.conninfo_to_dict(admin_dsn).get("port"),
         "temporalio": md.version("temporalio"),
         "temporal_cli": tcli,
         "anthropic": md.version("anthropic"),
