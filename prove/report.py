@@ -404,14 +404,15 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "request reaches Stripe). The runtime runs `prove.stripe_flows` with `StripeRefunds`; "
         "both Temporal activities make the same `StripeRefunds` calls (lookup through GET "
         "/v1/refunds filtered by metadata). The PaymentIntent is the local ledger's `pay_881` "
-        "(one fresh ledger per run); the refund ids below are the EMULATED `re_...` objects. "
-        "Cells as in section 2.\n"
+        "(one fresh ledger per run, so refund ids restart at `re_000001` in every run: the last "
+        "column counts the EMULATED `re_...` refund objects per system, agent and hand; each run "
+        "file lists its own). Cells as in section 2.\n"
     )
     if not stripe_cells:
         w("Not run in this sweep (`--no-stripe`, or S01-S03 at tier 1 filtered out).\n")
     else:
         w("| scenario | tier | runtime | (a) temporal_idem | (b) temporal_check | measured | "
-          "refund ids |")  # fmt: skip
+          "refund objects |")  # fmt: skip
         w("|---|---|---|---|---|---|---|")
         for sid, tier, variant in sorted({(c["scenario"], c["tier"], c["variant"])
                                           for c in stripe_cells}):  # fmt: skip
@@ -419,7 +420,8 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
             measured = "; ".join(
                 f"{LABEL[m]}: {_observed(c)}" for m, c in zip(SYSTEMS, trio, strict=True) if c
             )
-            ids = ", ".join(i for c in trio if c for i in c["refund_ids"]) or "-"
+            ids = "; ".join(f"{LABEL[m]}: {len(c['refund_ids'])} in {c['n']} run(s)"
+                            for m, c in zip(SYSTEMS, trio, strict=True) if c)  # fmt: skip
             w(f"| {sid} | {tier} | {' | '.join(_cellstr(c) for c in trio)} | {measured} | "
               f"{ids} |")  # fmt: skip
         w("")

@@ -105,7 +105,7 @@ def test_one_cell_per_system_and_the_stripe_cell(services, tmp_path) -> None:
     assert "| S01 | 1 | base |" in text and "EMULATED" in text and "A1" in text
     assert 'key = f"{info.workflow_run_id}-{info.activity_id}"' in text
     stripe_section = text.split("## 3. Stripe-compatible (EMULATED)")[1].split("## 4.")[0]
-    assert "| S01 | 1 | 100% (1)" in stripe_section and "re_" in stripe_section
+    assert "| S01 | 1 | 100% (1)" in stripe_section and "runtime: 1 in 1 run(s)" in stripe_section
     assert json.loads(js.read_text())["cells"]
 
 
