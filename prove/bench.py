@@ -1249,52 +1249,34 @@ def render(report: dict) -> str:
 
 
 FINDINGS = """
-Profile (py-spy, 40 Hz, active samples only, of the runtime's worker during a shape-1
-repetition of this run's code; the worker is a separate process, so the client's start path is
-not in it). Of the worker's active samples: 28% in the step's record transaction, 19% in the
-completion transaction, 13% in the claim, 11% in the step body, 11% in the thread pool's hand-off,
-the rest connection set-up (2%: each of the 32 pool threads opens its own connection on first
-use) and the JSON event log (about 5%: logging's handler lock and the stream write, one line per
-claim and per completion). 39% of all active samples are psycopg waiting on a round trip
-(Connection.wait): the worker is bound by round trips and commits, not by Python.
+The first run of this benchmark (session 1) profiled the runtime's worker with py-spy: it was
+bound by round trips and commits, not by Python (the step's record and the completion were
+separate fenced transactions, each BEGIN, fence, write, COMMIT). What changed since, in the
+runtime and the harness, and what was tried and dropped:
 
-Round trips per one-step workflow, read from the code: the client's start is 5 (resolve the
-version, BEGIN, insert, NOTIFY, COMMIT); the worker's claim 1, the `next_due` read after a
-short claim 1, load_steps 1, the step's fenced transaction 4 (BEGIN, fence, insert step,
-COMMIT), the completion 4 (BEGIN, fence, finish, COMMIT): about 16 round trips and 4 commits
-for one workflow alone. Under the throughput batch one claim transaction takes several
-workflows, hence the measured 3.2 write transactions per workflow (start, a share of a claim,
-step, completion); a workflow started alone costs 4.
-DBOS needs 3 write transactions and fewer round trips because its start and execution are in
-one process.
+1. A step's record is deferred to the next write, whichever comes first: the next call's
+   frontier (before any body runs), any fenced write, or the completion. A workflow that
+   returns right after its last step commits that step and its completion in one transaction,
+   and a step before a decide commits with the model-call log. A one-step workflow started
+   alone costs 3 write transactions (start, claim, step + completion); a batched claim is
+   shared. runtime/tests/test_write_cost.py checks the merges by the rows' xmin, and that the
+   first run sees exactly what a replay sees (values are normalized as jsonb returns them).
+2. A fresh workflow's first claim reads no history: the claim statement says whether any step
+   exists, so load_steps is skipped for new work.
+3. Tried and not adopted: sending each fenced transaction in one round trip (psycopg pipeline
+   mode with a fence that raises). In a micro-benchmark on this machine the pipelined form was
+   not faster: a durable commit's fsync dominates a fenced write, so fewer commits (item 1)
+   moves the numbers and fewer round trips does not.
+4. Heartbeats are logged with the gap between renewals; the refund shape reports the worst.
+5. The harness's model client (prove/model_stub.decide_amount) keeps one anthropic SDK client
+   per process instead of one per call, for the runtime and for Temporal alike.
 
-What would move it (for the runtime's owners; nothing here was changed by the benchmark):
-1. Send each fenced transaction as one round trip: the fence check and the write as one
-   statement (a CTE, or psycopg's pipeline mode), with BEGIN/COMMIT implicit: 4 -> 1 round trip
-   for the step and for the completion.
-2. Merge the last step's record with the completion when the workflow returns right after it
-   (the issue's "claim, step, completion may be merged where safe"): 4 -> 3 write transactions
-   and one fsync fewer per one-step workflow, which is the write-transaction target.
-3. Skip load_steps for a first claim of a never-run workflow (the claim row knows: prev_status
-   pending, no takeovers, no fork), and skip the `next_due` read when the claim filled every
-   free slot or the queue was just drained by NOTIFY.
-4. Cache the deployment version in the client (`Runtime.start` by name re-resolves it every
-   time) and send insert + NOTIFY as one statement.
-5. Open the pool's connections up front (or use psycopg_pool), and write the per-run event
-   lines outside the logging lock (or batch them).
-6. Log heartbeats (time of each renewal) so the bench can report the worst heartbeat gap, which
-   bounds a safe lease_ttl; it is not measured here.
-
-The refund shape's latency is dominated by the shared harness, not the engines: both the runtime
-and Temporal call the model through the anthropic SDK with a new client per call (prove/
-model_stub.decide_amount), which costs tens of milliseconds of CPU per call on this 2-core
-machine; the per-effect overhead column isolates the runtime's own part of the effect. At 4 and
-8 workers the machine is saturated (8 worker processes and 64 client threads on 2 shared
-cores): throughput stays flat near 8-12 workflows/s for both systems while latency grows with
-the number in flight, and Postgres uses a quarter of a core. The refund shape therefore
-measures this machine's CPU, not Postgres' commit limit; the target against pgbench cannot be
-met on this harness until the model call is cheap (one SDK client per worker) and the worker's
-CPU per workflow falls (items 1-5).
+What is left: a gated effect is its two transactions, T_dispatch and T_commit; a decide before
+it keeps its own commit, because the decision must be durable before the effect's premise read
+(a crash there must not ask the model again). At 4 and 8 workers the refund shape runs 8 worker
+processes and 64 client threads on 2 shared cores: it measures this machine's CPU more than
+Postgres' commit limit, which is why the pgbench target is far off; the write transactions per
+workflow and the per-effect overhead columns are the engine's own share.
 """
 
 
