@@ -117,6 +117,15 @@ REASONS: dict[tuple, str] = {
         "check (3000 > max_cents 2000) raises `not authorized` before anything is sent: $0, "
         "not $20."
     ),
+    ("S08a", "temporal_idem", 2, "base"): (
+        "the prediction counts one retry. The server handed a retry attempt to the partitioned "
+        "worker's long poll that was already open, and the reply sat in the partition; when it "
+        "healed (12 s) that worker ran the attempt at once, though its start-to-close had long "
+        "expired, while another attempt had already run on the other worker: three POSTs under "
+        "the same run-id key at a tier that does not dedupe (the attempt log shows attempts 1 "
+        "and 2 on the cut-off worker, 3 on the other). How many stale attempts land depends on "
+        "the timing of the polls, so (a) at tier 2 duplicates at least once and sometimes more."
+    ),
     ("S08a", "runtime", 1, "base"): (
         "at tier 1 the successor resolves the open send by resending under the same key inside "
         "the dedup window: the target replays the stored refund, so the status is "
