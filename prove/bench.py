@@ -60,6 +60,8 @@ from typing import Any
 
 import psycopg
 
+from prove import bench_plots
+
 SYSTEMS = ("runtime", "dbos", "absurd", "temporal")
 STEP_MS = 20.0
 STARTERS = 8  # client threads starting the throughput batch (each with its own connection)
@@ -1251,6 +1253,8 @@ def render(report: dict) -> str:
               + ", ".join(f"{k} {_ms(v, 2)} s" for k, v in gaps.items())
               + ". A safe lease_ttl exceeds the worst gap with margin; the gap beyond the "
               "interval is the scheduling delay of a loaded machine.", ""]  # fmt: skip
+    if report.get("plots"):
+        L += ["## Plots", ""] + [f"![{name}]({name})" for name in report["plots"]] + [""]
     L += ["## Targets", "", "| target | measured | verdict |", "|---|---|---|"]
     L += [f"| {a} | {b} | {c} |" for a, b, c in targets(report)]
     L += ["", "## Where the runtime's time goes", "", FINDINGS.strip(), ""]
@@ -1368,7 +1372,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "temporal-worker":
         return temporal_worker(argv[1:])
     if argv and argv[0] == "render":  # render JSON [MD]: the markdown report of a stored run
-        md = render(json.loads(Path(argv[1]).read_text()))
+        report = json.loads(Path(argv[1]).read_text())
+        if len(argv) > 2:  # the plots go beside the markdown that embeds them
+            report["plots"] = bench_plots.write(report, Path(argv[2]).parent)
+        md = render(report)
         Path(argv[2]).write_text(md) if len(argv) > 2 else print(md)
         return 0
     ap = argparse.ArgumentParser(prog="python -m prove.bench", description=__doc__.split("\n")[0])
@@ -1395,6 +1402,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke and not args.json:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "bench.json").write_text(scrub(json.dumps(report, indent=1, default=str)))
+        report["plots"] = bench_plots.write(report, RESULTS)
         (RESULTS / "bench.md").write_text(render(report))
     print(json.dumps({s: {k: v for k, v in x.items() if k != "errors"}
                       for s, x in report["shape1"]["summary"].items()}, indent=1, default=str))  # fmt: skip

@@ -45,3 +45,16 @@ def test_smoke_measures_runtime_and_a_peer(tmp_path):
     assert cost["write_tx_per_wf"] > 0 and cost["wal_bytes_per_wf"] > 0
     after = {p.name: p.stat().st_mtime for p in results.glob("bench*")} if results.exists() else {}
     assert after == before, "the smoke must not write into results/"
+
+
+def test_plots_are_drawn_from_the_report_json(tmp_path) -> None:
+    from prove import bench_plots
+
+    report = json.loads(
+        (Path(__file__).resolve().parents[2] / "results" / "bench.json").read_text()
+    )
+    names = bench_plots.write(report, tmp_path)
+    assert names == ["bench_latency.png", "bench_refund.png"]
+    for name in names:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert bench_plots.write({}, tmp_path) == []  # nothing to draw: no files claimed
