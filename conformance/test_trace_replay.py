@@ -37,7 +37,7 @@ BROKEN = tr.trace_paths("broken")
 SIMULATED = _pick(tr.trace_paths("simulated"), 2)
 TEMPORAL = _pick(tr.trace_paths("temporal"), 1)
 SERVER_SLOW = tr.TRACES / "ServerSlow_t2__EffectAtMostOnceTier12.json"
-ASSUMPTION = [p for p in tr.trace_paths("assumption") if p != SERVER_SLOW] if LONG else []
+ASSUMPTION = _pick([p for p in tr.trace_paths("assumption") if p != SERVER_SLOW], 1)
 
 
 def _id(p: Path) -> str:
