@@ -300,7 +300,7 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
     )
     w(
         f"- versions: Postgres {versions.get('postgres')} (port "
-        f"{versions.get('postgres_port')}), temporalio "
+        f"{_run_ports(results) or versions.get('postgres_port')}), temporalio "
         f"{versions.get('temporalio')}, temporal CLI {versions.get('temporal_cli')}, anthropic "
         f"{versions.get('anthropic')}, Python {versions.get('python')} on "
         f"{versions.get('platform')}"
@@ -439,21 +439,36 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "Not measured in this sweep (the no-fault latency runs and the throughput bench are "
         "issue 8). End-to-end times of the fault runs are in 2c.\n"
     )
-    w("## 5. Cross-reference to the invariant catalog\n")
+    w("## 5. Cross-reference to the invariant catalog and TLC\n")
+    tlc = tlc_outcomes(REPO / "results" / "runtime_tlc.json")
     w(
-        "Each scenario lists the catalog invariants it exercises (models/catalog.yaml). For the "
-        "runtime every run evaluates every code check of interlock_runtime.invariants; here: the "
-        "runs in which a listed invariant's check failed. The TLC side (results/runtime_tlc.md) "
-        "is not read yet.\n"
+        "Each scenario lists the catalog invariants it exercises (models/catalog.yaml). TLC columns "
+        "come from results/runtime_tlc.json, over the model's configurations with every "
+        "assumption in force (no broken variant, no PAUSE/SERVER_SLOW): `hold` where TLC found no "
+        "violation in any of them, else the tiers where it found one. For the runtime every run "
+        "evaluates every code check of interlock_runtime.invariants; `failing` counts the runs in "
+        "which the listed invariant's check failed. Agreement: the model holds and no run failed, "
+        "or the model is violated and a run failed too.\n"
     )
-    w("| scenario | invariant | runtime runs | failing |")
-    w("|---|---|---|---|")
+    if not tlc:
+        w("results/runtime_tlc.json is missing: run `make tlc`.\n")
+    w("| scenario | invariant | TLC runtime | runtime runs | failing | agree | TLC (a) | TLC (b) |")
+    w("|---|---|---|---|---|---|---|---|")
     for s in scns:
         rt_cells = [c for c in cells if c["scenario"] == s.id and c["system"] == "runtime"]
         n = sum(c["n"] for c in rt_cells)
         for inv in s.invariants:
             bad = sum(c["invariant_failures"].get(inv, 0) for c in rt_cells)
-            w(f"| {s.id} | {inv} | {n} | {bad} |")
+            model = tlc.get(("interlock", inv))
+            if model is None:
+                agree = "n/a (not in the model)"
+            elif model == "hold":
+                agree = "yes" if bad == 0 else "**no**"
+            else:
+                agree = "yes" if bad > 0 else "model only (no run hit it)"
+            a = tlc.get(("temporal_idem", inv), "n/a")
+            b = tlc.get(("temporal_precheck", inv), "n/a")
+            w(f"| {s.id} | {inv} | {model or 'n/a'} | {n} | {bad} | {agree} | {a} | {b} |")
     w("\n## 6. The Temporal activity bodies, verbatim as run\n")
     for mode in ("temporal_idem", "temporal_check"):
         w(f"{LABEL[mode]} (`baselines/refund.py`):\n")
@@ -485,6 +500,33 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
 
 
 FAILURES_PER_CELL = 20  # spec 11: up to 20 failing runs per cell are kept in results/
+
+
+def _run_ports(results: list[dict]) -> str:
+    """The Postgres port(s) the runs themselves recorded (a --resume may render elsewhere)."""
+    ports = {str((r.get("versions") or {}).get("postgres_port")) for r in results}
+    return ", ".join(sorted(ports - {"None"}))
+
+
+def tlc_outcomes(path: Path) -> dict[tuple[str, str], str]:
+    """(mode, invariant) -> "hold", or "violated at t2, t3": TLC's outcome over the configs
+    with every assumption in force (no broken variant, no toggles)."""
+    try:
+        configs = json.loads(path.read_text())["configs"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    seen: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for c in configs:
+        if c.get("broken") or c.get("toggles") or c.get("kind") != "safety":
+            continue
+        for inv, r in (c.get("invariants") or {}).items():
+            tiers = seen[(c["mode"], inv)]
+            if r.get("outcome") == "V":
+                tiers.add(c.get("tier") or "-")
+    out = {}
+    for key, tiers in seen.items():
+        out[key] = "hold" if not tiers else "violated at " + ", ".join(sorted(tiers))
+    return out
 
 
 def scrub(text: str) -> str:
