@@ -436,9 +436,13 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         w("")
     w("## 4. Latency and throughput\n")
     w(
-        "Not measured in this sweep (the no-fault latency runs and the throughput bench are "
-        "issue 8). End-to-end times of the fault runs are in 2c.\n"
+        "No no-fault latency runs in this sweep (issue 8); end-to-end times of the fault runs are "
+        "in 2c. The benchmark on the same machine (`make bench`, results/bench.md) measures both "
+        "shapes; its medians, read from results/bench.json:\n"
     )
+    for line in bench_lines(REPO / "results" / "bench.json"):
+        w(line)
+    w("")
     w("## 5. Cross-reference to the invariant catalog and TLC\n")
     tlc = tlc_outcomes(REPO / "results" / "runtime_tlc.json")
     w(
@@ -481,6 +485,12 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
     w("")
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    plot = plot_correct(cells, out_dir / "runtime_prove_correct.png")
+    if plot:
+        i = next(k for k, line in enumerate(md) if "## 2b. Measured beside predicted" in line)
+        md[i:i] = ["Correct rate per cell and system, with 95% Wilson intervals (the "
+                   "local-target cells; the Stripe cells are in section 3):\n",
+                   f"![correct rate per cell]({plot})\n"]  # fmt: skip
     md_path, js_path = out_dir / "runtime_prove.md", out_dir / "runtime_prove.json"
     md_path.write_text(scrub("\n".join(md)))
     copy_failures(cells, results, out_dir / "runtime_prove_failures")
@@ -500,6 +510,64 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
 
 
 FAILURES_PER_CELL = 20  # spec 11: up to 20 failing runs per cell are kept in results/
+
+
+def bench_lines(path: Path) -> list[str]:
+    """A short table of the benchmark's medians (results/bench.json), or a note when absent."""
+    try:
+        b = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return ["results/bench.json is missing: run `make bench`."]
+
+    def med(d: dict, k: str) -> str:
+        v = (d.get(k) or {}).get("median")
+        return "n/a" if v is None else f"{v:,.1f}"
+
+    out = [f"Bench run {b.get('date', '?')} at git {str(b.get('git', {}).get('commit', '?'))[:12]}.",
+           "", "| shape | system | p50 ms | p99 ms | workflows/s |", "|---|---|---|---|---|"]  # fmt: skip
+    for system, r in ((b.get("shape1") or {}).get("summary") or {}).items():
+        out.append(f"| one step (sequential latency; throughput of 1,000 at once) | {system} | "
+                   f"{med(r, 'seq_p50_ms')} | {med(r, 'seq_p99_ms')} | {med(r, 'tput_wf_s')} |")  # fmt: skip
+    for key, r in ((b.get("shape2") or {}).get("summary") or {}).items():
+        out.append(f"| refund, closed loop | {key} workers | {med(r, 'p50_ms')} | "
+                   f"{med(r, 'p99_ms')} | {med(r, 'wf_per_s')} |")  # fmt: skip
+    return out
+
+
+def plot_correct(cells: list[dict], path: Path) -> str | None:
+    """Correct rate with its Wilson interval for every local cell, one marker per system."""
+    local = [c for c in cells if c["api"] == "local" and c["n"]]
+    if not local:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted({(c["scenario"], c["tier"], c["variant"]) for c in local})
+    ypos = {r: i for i, r in enumerate(rows)}
+    fig, ax = plt.subplots(figsize=(8, 0.28 * len(rows) + 1.5))
+    colors = {"runtime": "#1f6f43", "temporal_idem": "#2a5d9f", "temporal_check": "#c07a16"}
+    for j, system in enumerate(SYSTEMS):
+        pts = [c for c in local if c["system"] == system]
+        ys = [ypos[(c["scenario"], c["tier"], c["variant"])] + (j - 1) * 0.25 for c in pts]
+        xs = [100 * c["correct_rate"] for c in pts]
+        err = [[100 * (c["correct_rate"] - c["wilson95"][0]) for c in pts],
+               [100 * (c["wilson95"][1] - c["correct_rate"]) for c in pts]]  # fmt: skip
+        ax.errorbar(xs, ys, xerr=err, fmt="o", ms=4, capsize=2, color=colors.get(system),
+                    label=LABEL.get(system, system))  # fmt: skip
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"{s} t{t}" + ("" if v == "base" else f" {v}") for s, t, v in rows],
+                       fontsize=7)  # fmt: skip
+    ax.invert_yaxis()
+    ax.set_xlim(-5, 105)
+    ax.set_xlabel("correct runs, % (95% Wilson interval)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(loc="lower left", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path.name
 
 
 def _run_ports(results: list[dict]) -> str:
