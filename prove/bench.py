@@ -61,6 +61,7 @@ from typing import Any
 import psycopg
 
 from prove import bench_plots
+from prove.scrub import scrub
 
 SYSTEMS = ("runtime", "dbos", "absurd", "temporal")
 STEP_MS = 20.0
@@ -1159,11 +1160,6 @@ def targets(report: dict) -> list[tuple[str, str, str]]:
                     f"{_f(statistics.median(e['median'] for e in effs), 1)}, most {worst} "
                     f"(over {sum(e['n'] for e in effs)} effects)", verdict(worst == 2)))  # fmt: skip
     return out
-
-
-def scrub(text: str) -> str:
-    """No machine paths in committed results: the checkout and the temp dir by name only."""
-    return text.replace(str(ROOT), "<repo>").replace(tempfile.gettempdir(), "$TMP")
 
 
 def render(report: dict) -> str:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from prove.scenario import SYSTEMS, Scenario
+from prove.scrub import scrub
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
@@ -595,13 +595,6 @@ def tlc_outcomes(path: Path) -> dict[tuple[str, str], str]:
     for key, tiers in seen.items():
         out[key] = "hold" if not tiers else "violated at " + ", ".join(sorted(tiers))
     return out
-
-
-def scrub(text: str) -> str:
-    """No path of this machine in a committed file: the repository becomes `<repo>`, temp
-    directories `<tmp>`."""
-    text = text.replace(str(REPO), "<repo>")
-    return re.sub(r"/tmp/[^\s\"',;)]*", "<tmp>", text)
 
 
 def copy_failures(cells: list[dict], results: list[dict], dest: Path) -> list[Path]:

@@ -48,7 +48,8 @@ from typing import Any
 from interlock_runtime import Runtime, WorkflowFinished, db, testing
 from interlock_runtime.invariants import check_all, snapshot
 from interlock_runtime.testing import WorkerProcess
-from prove.bench import git_facts, machine_facts, pct, scrub, version
+from prove.bench import git_facts, machine_facts, pct, version
+from prove.scrub import scrub
 from prove.soak_flows import EMULATED, soak_refund
 from prove.target_client import TargetAdmin
 
