@@ -17,7 +17,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from conformance.run_sources import SOURCES, run_source  # noqa: E402
-from interlock_runtime import db, testing  # noqa: E402
+from interlock_runtime import db  # noqa: E402
 from interlock_runtime.invariants import INVARIANTS, Evidence  # noqa: E402
 from models import catalog  # noqa: E402
 
@@ -33,21 +33,10 @@ def test_every_layer_c_row_has_a_check_and_every_check_a_row() -> None:
     }
 
 
-@pytest.fixture(scope="module")
-def admin() -> str:
-    return testing.admin_dsn()
-
-
-@pytest.fixture(scope="module")
-def template(admin):
-    with testing.template_database(admin) as name:
-        yield name
-
-
 @pytest.fixture(scope="module", params=sorted(SOURCES))
-def evidence(request, admin, template, tmp_path_factory):
+def evidence(request, admin_dsn, template_db, tmp_path_factory):
     name = request.param
-    with run_source(name, admin, template, tmp_path_factory.mktemp(name)) as record:
+    with run_source(name, admin_dsn, template_db, tmp_path_factory.mktemp(name)) as record:
         with db.connect(record.dsn) as conn:
             ev = Evidence(conn, ledger=record.ledger(), access_log=record.access_log(),
                           events=record.events())  # fmt: skip

@@ -13,32 +13,13 @@ from __future__ import annotations
 import multiprocessing as mp
 import signal
 
-import pytest
-
 from conformance.trace_replay import REPO, replay_signals
-from interlock_runtime import Runtime, db, testing
+from interlock_runtime import Runtime, db
 from interlock_runtime.invariants import Evidence, check_all
 from interlock_runtime.testing import WorkerProcess, wait_for
 
 RACERS = 8
 TTL = 1.0
-
-
-@pytest.fixture(scope="module")
-def admin() -> str:
-    return testing.admin_dsn()
-
-
-@pytest.fixture(scope="module")
-def template(admin):
-    with testing.template_database(admin) as name:
-        yield name
-
-
-@pytest.fixture
-def dsn(admin, template):
-    with testing.fresh_database(admin, template) as fresh:
-        yield fresh
 
 
 def _racer(dsn: str, owner: str, barrier, out) -> None:

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from conformance import trace_replay as tr
-from interlock_runtime import testing
 
 LONG = os.environ.get("ILR_LONG") == "1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,19 +43,8 @@ def _id(p: Path) -> str:
     return p.stem
 
 
-@pytest.fixture(scope="module")
-def admin() -> str:
-    return testing.admin_dsn()
-
-
-@pytest.fixture(scope="module")
-def template(admin):
-    with testing.template_database(admin) as name:
-        yield name
-
-
-def _replay(path: Path, admin: str, template: str, tmp_path: Path) -> tr.ReplayResult:
-    r = tr.replay(path, admin, template, tmp_path)
+def _replay(path: Path, admin_dsn: str, template_db: str, tmp_path: Path) -> tr.ReplayResult:
+    r = tr.replay(path, admin_dsn, template_db, tmp_path)
     _assert_faults_performed(path, r)
     # not vacuous: real workers claimed the workflow and recorded steps (a step body ran; the
     # Signals workflow has only waits and a sleep)
@@ -108,8 +96,8 @@ def test_an_unknown_action_raises() -> None:
 
 
 @pytest.mark.parametrize("path", BROKEN, ids=_id)
-def test_broken_config_counterexample_does_not_reproduce(path, admin, template, tmp_path):
-    r = _replay(path, admin, template, tmp_path)
+def test_broken_config_counterexample_does_not_reproduce(path, admin_dsn, template_db, tmp_path):
+    r = _replay(path, admin_dsn, template_db, tmp_path)
     assert r.model_invariant not in r.violations, r.violations
     assert not r.violations, r.violations
     if r.config == "Broken_ThinDedupMargin":
@@ -120,30 +108,34 @@ def test_broken_config_counterexample_does_not_reproduce(path, admin, template, 
 
 
 @pytest.mark.parametrize("path", SIMULATED, ids=_id)
-def test_simulated_behaviour_keeps_every_invariant(path, admin, template, tmp_path):
-    r = _replay(path, admin, template, tmp_path)
+def test_simulated_behaviour_keeps_every_invariant(path, admin_dsn, template_db, tmp_path):
+    r = _replay(path, admin_dsn, template_db, tmp_path)
     assert not r.violations, r.violations
     _assert_sent_where_the_model_sends(r)
 
 
 @pytest.mark.parametrize("path", TEMPORAL, ids=_id)
-def test_temporal_counterexample_does_not_reproduce_on_the_runtime(path, admin, template, tmp_path):
-    r = _replay(path, admin, template, tmp_path)
+def test_temporal_counterexample_does_not_reproduce_on_the_runtime(
+    path, admin_dsn, template_db, tmp_path
+):
+    r = _replay(path, admin_dsn, template_db, tmp_path)
     assert not r.violations, r.violations
     _assert_sent_where_the_model_sends(r)
 
 
 @pytest.mark.parametrize("path", ASSUMPTION, ids=_id)
-def test_assumption_lifted_trace(path, admin, template, tmp_path):
+def test_assumption_lifted_trace(path, admin_dsn, template_db, tmp_path):
     """Configs that lift A1, A2 or A3 (or shorten the clock): the runtime's code checks hold,
     except a tier-2 double application the runtime itself flags as A2 violated."""
-    r = _replay(path, admin, template, tmp_path)
+    r = _replay(path, admin_dsn, template_db, tmp_path)
     rest = {k: v for k, v in r.violations.items()
             if not (k == "EffectAtMostOnceTier12" and all("A2" in x for x in v))}  # fmt: skip
     assert not rest, r.violations
 
 
-def test_server_slow_tier2_double_application_is_reported_by_the_receipt(admin, template, tmp_path):
+def test_server_slow_tier2_double_application_is_reported_by_the_receipt(
+    admin_dsn, template_db, tmp_path
+):
     """A2 lifted (the target finishes the first request after send_deadline + settle_margin):
     the model predicts a double application at tier 2 (conceded, DESIGN B9), and the replay
     reproduces it on the runtime. Found by this replay: verify() then said the effect happened
@@ -151,7 +143,7 @@ def test_server_slow_tier2_double_application_is_reported_by_the_receipt(admin, 
     claim and its late-path commit dropped `via`. Fixed in the runtime: that commit keeps
     `via: recovery-reapply`, and a lookup after the resend settles appends AUDITED
     {applications: 2, assumption_violated: A2}, so the receipt no longer claims "once"."""
-    r = _replay(SERVER_SLOW, admin, template, tmp_path)
+    r = _replay(SERVER_SLOW, admin_dsn, template_db, tmp_path)
     assert r.applied == 2 and r.sends_seen == 2, r  # the trace's double application reproduced
     assert set(r.violations) <= {"EffectAtMostOnceTier12", "NoOverlappingSends",
                                  "ReceiptTruthful"}, r.violations  # fmt: skip
