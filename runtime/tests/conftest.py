@@ -59,3 +59,27 @@ def workers(dsn: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     yield start
     for w in started:
         w.close()
+
+
+PAYMENT = "pay_881"
+
+
+@pytest.fixture
+def target_factory(tmp_path: Path) -> Iterator[Callable[..., tuple]]:
+    """Start local payment targets (prove/target.py) at a tier, PAYMENT paid 10000 on each;
+    returns (target, its admin client); all are stopped at the end."""
+    from prove.target import Target
+    from prove.target_client import TargetAdmin
+
+    started: list[Target] = []
+
+    def make(tier: int, delay_ms: int = 0) -> tuple[Target, TargetAdmin]:
+        t = Target(tier, db=str(tmp_path / f"ledger{len(started)}.db"), delay_ms=delay_ms).start()
+        started.append(t)
+        admin = TargetAdmin(t.url)
+        admin.create_payment(PAYMENT, 10000)
+        return t, admin
+
+    yield make
+    for t in started:
+        t.stop()

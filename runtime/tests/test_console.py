@@ -101,25 +101,8 @@ def console(dsn: str, tmp_path: Path) -> Iterator[Console]:
 
 
 @pytest.fixture
-def targets(tmp_path: Path) -> Iterator:
-    """The local payment target at a tier, with PAYMENT paid 10000; stopped at the end."""
-    started: list[Target] = []
-
-    def make(tier: int = 2) -> tuple[Target, TargetAdmin]:
-        t = Target(tier, db=str(tmp_path / f"ledger{len(started)}.db")).start()
-        started.append(t)
-        admin = TargetAdmin(t.url)
-        admin.create_payment(PAYMENT, 10000)
-        return t, admin
-
-    yield make
-    for t in started:
-        t.stop()
-
-
-@pytest.fixture
-def target(targets) -> tuple[Target, TargetAdmin]:
-    return targets(2)
+def target(target_factory) -> tuple[Target, TargetAdmin]:
+    return target_factory(2)
 
 
 @pytest.fixture
@@ -272,11 +255,11 @@ def test_reject_from_the_inbox_cancels_and_records_who(
 
 
 def test_ambiguous_effect_is_reconciled_from_the_effects_page(
-    dsn, conn, workers, targets, console, browser, shots
+    dsn, conn, workers, target_factory, console, browser, shots
 ) -> None:
     """A tier-3 target answers no lookups: the sender is SIGKILLed after its send, so the
     successor cannot tell whether the refund landed and the effect ends AMBIGUOUS."""
-    t, admin = targets(3)
+    t, admin = target_factory(3)
     wf = "refund-ambiguous"
     with Runtime(dsn) as rt:
         dying = workers("W1", env={"ILR_KILL_AT": "effect_after_send"}, lease_ttl=1.5)

@@ -7,7 +7,6 @@ Timeouts are short so recovery comes quickly: send_timeout 2.5 s, settle_margin 
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 
 import flows
 import pytest
@@ -23,22 +22,6 @@ PAYMENT = "pay_881"
 @pytest.fixture(params=[1, 2, 3], ids=["tier1", "tier2", "tier3"])
 def tier(request) -> int:
     return request.param
-
-
-@pytest.fixture
-def target_factory(tmp_path) -> Iterator:
-    started: list[Target] = []
-
-    def make(tier: int, delay_ms: int = 0) -> tuple[Target, TargetAdmin]:
-        t = Target(tier, db=str(tmp_path / f"ledger{len(started)}.db"), delay_ms=delay_ms).start()
-        started.append(t)
-        admin = TargetAdmin(t.url)
-        admin.create_payment(PAYMENT, 10000)
-        return t, admin
-
-    yield make
-    for t in started:
-        t.stop()
 
 
 def case(target: Target, tier: int, case_id: str = "case-4471", **extra) -> dict:
