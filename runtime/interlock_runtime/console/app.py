@@ -144,12 +144,15 @@ def create_app(dsn: str, token: str, receipt_key: bytes | None = None) -> Starle
         return page(request, "message.html", status=status, title=title, text=text)
 
     def guarded(handler: Callable) -> Callable:
-        """GET pages: log in first."""
+        """GET pages: log in first; an unknown id is a 404 page."""
 
         async def endpoint(request: Request) -> Response:
             if sessions.get(request.cookies.get(COOKIE)) is None:
                 return RedirectResponse("/login", status_code=303)
-            return await handler(request)
+            try:
+                return await handler(request)
+            except WorkflowNotFound as exc:
+                return message(request, 404, "Not found", str(exc))
 
         return endpoint
 
@@ -208,10 +211,7 @@ def create_app(dsn: str, token: str, receipt_key: bytes | None = None) -> Starle
 
     async def workflow(request: Request) -> Response:
         wf_id = request.path_params["wf_id"]
-        try:
-            wf = await run_in_threadpool(store.workflow, wf_id)
-        except WorkflowNotFound as exc:
-            return message(request, 404, "Not found", str(exc))
+        wf = await run_in_threadpool(store.workflow, wf_id)
         waiting = (wf.get("waiting") or {}).get("signal") == "approve" and wf["status"] in (
             "pending", "running", "sleeping")  # fmt: skip
         return page(request, "workflow.html", wf=wf, proposal=proposal(wf) if waiting else None)
@@ -227,19 +227,13 @@ def create_app(dsn: str, token: str, receipt_key: bytes | None = None) -> Starle
 
     async def effect(request: Request) -> Response:
         eid = request.path_params["effect_id"]
-        try:
-            eff = await run_in_threadpool(store.effect, eid, receipt_key)
-        except WorkflowNotFound as exc:
-            return message(request, 404, "Not found", str(exc))
+        eff = await run_in_threadpool(store.effect, eid, receipt_key)
         checks = receipt_checks(eff["verify"], receipt_key is not None) if eff["verify"] else []
         return page(request, "effect.html", eff=eff, checks=checks)
 
     async def receipt_json(request: Request) -> Response:
         eid = request.path_params["effect_id"]
-        try:
-            eff = await run_in_threadpool(store.effect, eid, receipt_key)
-        except WorkflowNotFound as exc:
-            return message(request, 404, "Not found", str(exc))
+        eff = await run_in_threadpool(store.effect, eid, receipt_key)
         if eff["bundle"] is None:
             return message(request, 404, "Not found", f"effect {eid!r} has no journal yet")
         headers = {**HEADERS, "Content-Disposition": 'attachment; filename="receipt.json"'}
@@ -251,10 +245,7 @@ def create_app(dsn: str, token: str, receipt_key: bytes | None = None) -> Starle
 
     async def grant(request: Request) -> Response:
         gid = request.path_params["grant_id"]
-        try:
-            g = await run_in_threadpool(store.grant, gid)
-        except WorkflowNotFound as exc:
-            return message(request, 404, "Not found", str(exc))
+        g = await run_in_threadpool(store.grant, gid)
         return page(request, "grant.html", g=g)
 
     # -- actions -----------------------------------------------------------------------------
