@@ -246,6 +246,25 @@ class Driver:
 
     def wait_all(self, handles: list[Any]) -> int: ...
 
+    # Runtime and Absurd keep their state in Postgres: both wait by polling it.
+    def poll_until_done(self, q: str, handle: Any, failed: tuple[str, ...], what: str) -> None:
+        while True:
+            st = self.poll.execute(q, (handle,)).fetchone()[0]
+            if st == "completed":
+                return
+            if st in failed:
+                raise RuntimeError(f"{what} {handle} ended {st}")
+            time.sleep(0.001)
+
+    def poll_count(self, q: str, handles: list[Any]) -> int:
+        deadline = time.monotonic() + self.args.timeout
+        while time.monotonic() < deadline:
+            n = self.poll.execute(q, (handles,)).fetchone()[0]
+            if n == len(handles):
+                return n
+            time.sleep(0.005)
+        return n
+
     def run(self) -> dict:
         self.setup()
         try:
@@ -305,24 +324,14 @@ class RuntimeDriver(Driver):
             return [self.start_one(i, rt) for i in ids]
 
     def wait_one(self, wf: str) -> None:
-        q = "select status from ilr.workflows where id = %s"
-        while True:
-            st = self.poll.execute(q, (wf,)).fetchone()[0]
-            if st == "completed":
-                return
-            if st in ("failed", "cancelled", "stuck"):
-                raise RuntimeError(f"runtime workflow {wf} ended {st}")
-            time.sleep(0.001)
+        self.poll_until_done("select status from ilr.workflows where id = %s", wf,
+                             ("failed", "cancelled", "stuck"), "runtime workflow")  # fmt: skip
 
     def wait_all(self, handles: list[str]) -> int:
-        q = "select count(*) from ilr.workflows where id = any(%s) and status = 'completed'"
-        deadline = time.monotonic() + self.args.timeout
-        while time.monotonic() < deadline:
-            n = self.poll.execute(q, (handles,)).fetchone()[0]
-            if n == len(handles):
-                return n
-            time.sleep(0.005)
-        return n
+        return self.poll_count(
+            "select count(*) from ilr.workflows where id = any(%s) and status = 'completed'",
+            handles,
+        )
 
     def teardown(self) -> None:
         for c in ("rt", "poll"):
@@ -410,24 +419,15 @@ class AbsurdDriver(Driver):
             app.close()
 
     def wait_one(self, task_id: str) -> None:
-        q = f"select state from absurd.t_{self.queue} where task_id = %s"
-        while True:
-            st = self.poll.execute(q, (task_id,)).fetchone()[0]
-            if st == "completed":
-                return
-            if st in ("failed", "cancelled"):
-                raise RuntimeError(f"absurd task {task_id} ended {st}")
-            time.sleep(0.001)
+        self.poll_until_done(f"select state from absurd.t_{self.queue} where task_id = %s",
+                             task_id, ("failed", "cancelled"), "absurd task")  # fmt: skip
 
     def wait_all(self, handles: list[str]) -> int:
-        q = f"select count(*) from absurd.t_{self.queue} where task_id = any(%s::uuid[]) and state = 'completed'"
-        deadline = time.monotonic() + self.args.timeout
-        while time.monotonic() < deadline:
-            n = self.poll.execute(q, (handles,)).fetchone()[0]
-            if n == len(handles):
-                return n
-            time.sleep(0.005)
-        return n
+        return self.poll_count(
+            f"select count(*) from absurd.t_{self.queue} where task_id = any(%s::uuid[])"
+            " and state = 'completed'",
+            handles,
+        )
 
     def teardown(self) -> None:
         if hasattr(self, "worker"):
