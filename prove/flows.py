@@ -44,18 +44,26 @@ def payload_for(case: dict, amount: int) -> dict:
     return {"payment": case["payment"], "amount": int(amount)}
 
 
-@workflow(name="prove_refund", version="1")
-def prove_refund(ctx, case):
-    target = refund_target(case)
-    request = {"case": case["id"], "payment": case["payment"], "model_url": case["model_url"]}
-    decision = ctx.decide("pick_amount", ask_model, request, premises=target.capture)
+def decide_approve_refund(ctx, case: dict, target, ask, request: dict):
+    """Steps 1-3, shared with the Stripe flow (prove/stripe_flows.py): returns the decision and
+    the effect's result, or None for the result when the approval expired."""
+    decision = ctx.decide("pick_amount", ask, request, premises=target.capture)
     approval = ctx.wait_signal("approve", timeout=case.get("approval_timeout", 600))
     if approval is None:
-        return {"status": "approval expired"}
+        return decision, None
     r = ctx.effect(target, key=f"refund:{case['id']}",
                    payload=payload_for(case, decision.output["amount"]),
                    premises=approval["facts_seen"], grant=approval["grant_id"],
                    decision=decision.ref)  # fmt: skip
+    return decision, r
+
+
+@workflow(name="prove_refund", version="1")
+def prove_refund(ctx, case):
+    request = {"case": case["id"], "payment": case["payment"], "model_url": case["model_url"]}
+    decision, r = decide_approve_refund(ctx, case, refund_target(case), ask_model, request)
+    if r is None:
+        return {"status": "approval expired"}
     ctx.sleep(float(case.get("sleep_seconds", 1.0)))  # shortened from the spec's long sleep
     return {"status": r.status, "effect_id": r.effect_id, "result": r.result,
             "decided": decision.output["amount"], "decide_seq": decision.ref.get("seq")}  # fmt: skip

@@ -14,6 +14,7 @@ decided amount through ``ctx.effect`` on ``StripeRefunds`` under that grant.
 from __future__ import annotations
 
 from interlock_runtime import workflow
+from prove.flows import decide_approve_refund
 from prove.model_stub import decide_amount
 from prove.stripe_target import StripeRefunds
 
@@ -37,23 +38,12 @@ def pick_amount(request: dict) -> dict:
     return {"amount": int(request.get("amount", 2000)), "model": None}
 
 
-def payload_for(case: dict, amount: int) -> dict:
-    """The refund payload; rt.approve binds the grant to exactly this shape's hash."""
-    return {"payment": case["payment"], "amount": int(amount)}
-
-
 @workflow(name="stripe_refund", version="1")
 def stripe_refund(ctx, case):
-    target = stripe_target(case)
     request = {"case": case["id"], "payment": case["payment"],
                "model_url": case.get("model_url"), "amount": case.get("amount", 2000)}  # fmt: skip
-    decision = ctx.decide("pick_amount", pick_amount, request, premises=target.capture)
-    approval = ctx.wait_signal("approve", timeout=case.get("approval_timeout", 600))
-    if approval is None:
+    decision, r = decide_approve_refund(ctx, case, stripe_target(case), pick_amount, request)
+    if r is None:
         return {"status": "approval expired"}
-    r = ctx.effect(target, key=f"refund:{case['id']}",
-                   payload=payload_for(case, decision.output["amount"]),
-                   premises=approval["facts_seen"], grant=approval["grant_id"],
-                   decision=decision.ref)  # fmt: skip
     return {"status": r.status, "effect_id": r.effect_id, "result": r.result,
             "decided": decision.output["amount"]}  # fmt: skip

@@ -17,6 +17,7 @@ import stripe
 
 from interlock_runtime import Runtime, receipts, testing
 from prove import stripe_flows
+from prove.flows import payload_for
 from prove.stripe_target import StripeRefunds, retry_plan
 from prove.target import Target
 from prove.target_client import NoLookup, TargetAdmin, TargetRejected
@@ -240,7 +241,7 @@ def test_s01_tier1_kill_after_send_commits_by_retry(dsn, make_target, tmp_path) 
                 lambda: (rt.describe("wf-stripe-s01")["waiting"] or {}).get("signal") == "approve",
                 30, "the approval wait")  # fmt: skip
             decided = rt.describe("wf-stripe-s01")["steps"][0]["output"]
-            rt.approve("wf-stripe-s01", stripe_flows.payload_for(case, 2000),
+            rt.approve("wf-stripe-s01", payload_for(case, 2000),
                        decided["premises"], by="alice")  # fmt: skip
             assert dying.proc.wait(timeout=30) == -signal.SIGKILL
             worker("W2")
