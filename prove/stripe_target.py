@@ -45,7 +45,6 @@ the local target.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import requests
@@ -176,9 +175,7 @@ class StripeRefunds(LocalRefunds):
     ) -> dict:
         """Create the refund. Returns the Refund as a plain dict plus ``replayed`` (the target
         answered ``Idempotent-Replayed: true``) and ``attempts_allowed`` (1 + SDK retries)."""
-        headers = {"X-ILR-Worker": str(worker if worker is not None else f"pid:{os.getpid()}")}
-        if epoch is not None:
-            headers["X-ILR-Epoch"] = str(epoch)
+        headers = self.who_headers(worker, epoch)
         budget = self.send_timeout if timeout is None else float(timeout)
         retries, per_attempt = retry_plan(budget, self.max_network_retries)
         client, http = self._client(per_attempt, retries)

@@ -142,6 +142,14 @@ class LocalRefunds:
             "metadata": metadata,
         }
 
+    @staticmethod
+    def who_headers(worker: str | None, epoch: int | str | None) -> dict[str, str]:
+        """Who sent a request (the worker, its epoch), for the target's access log."""
+        headers = {"X-ILR-Worker": str(worker if worker is not None else f"pid:{os.getpid()}")}
+        if epoch is not None:
+            headers["X-ILR-Epoch"] = str(epoch)
+        return headers
+
     def apply(
         self,
         effect_id: str,
@@ -154,9 +162,7 @@ class LocalRefunds:
         """POST /refunds. Tier 1 sends Idempotency-Key: effect_id; tiers 2 and 3 carry the key
         in metadata only. A 4xx other than 409/429 raises TargetRejected (definite: nothing
         happened); timeouts, connection errors and 5xx propagate (the outcome is unknown)."""
-        headers = {"X-ILR-Worker": str(worker if worker is not None else f"pid:{os.getpid()}")}
-        if epoch is not None:
-            headers["X-ILR-Epoch"] = str(epoch)
+        headers = self.who_headers(worker, epoch)
         if self.tier == 1:
             headers["Idempotency-Key"] = effect_id
         status, body = self._http.request(
