@@ -216,6 +216,18 @@ def pg_cpu_seconds() -> float | None:
 # -- drivers (each runs in its own subprocess) -------------------------------------------------
 
 
+def stop_all(procs: list[subprocess.Popen], timeout: float) -> None:
+    """SIGTERM every process at once, then wait for each; SIGKILL one that does not exit."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 class Driver:
     """One system, one repetition: sequential latency and throughput, plus counters."""
 
@@ -734,14 +746,7 @@ def refund_services():
         stub = spawn("prove.model_stub", "--delay-ms", str(MODEL_MS))
         yield target["url"], stub["url"]
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(procs, timeout=10)
 
 
 class ClosedLoop:
@@ -951,14 +956,7 @@ def temporal_refund_point(address: str, urls: tuple[str, str], workers: int, per
         out["workers"], out["per_worker"] = workers, per_worker
         return out
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(procs, timeout=20)
 
 
 def run_shape2(cfg: dict, admin: str, template: str, temporal: str, log=print) -> dict:
