@@ -75,6 +75,7 @@ class Services:
     # "seeded" (DESIGN B12: half the seeds an external SIGKILL), or force "instrumented" or
     # "external" for every run that has a crash plan (tests use "instrumented")
     crash_plans: str = "seeded"
+    size: str = "quick"  # the sweep size: a loop scenario's iterations per run
 
 
 def versions(admin_dsn: str) -> dict:
@@ -821,11 +822,67 @@ def evaluate(scn: Scenario, variant: Variant, system: str, tier: int, ledger: li
     }
 
 
+def run_driver(services: Services, scn: Scenario, variant: Variant, system: str, tier: int,
+               seed: int, out_dir: Path) -> dict:  # fmt: skip
+    """One run of a loop scenario (prove/driver.py): the driver plays its iterations."""
+    from prove import driver
+
+    run_id = run_name(scn.id, variant.name, system, tier, seed)
+    run_dir = out_dir / run_id
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    n = int(variant.params.get("iterations") or scn.iterations.get(services.size) or 1)
+    dr = driver.DriverRun(services=services, scn=scn, variant=variant, system=system, tier=tier,
+                          seed=seed, iterations=n, run_id=run_id, dir=run_dir,
+                          stack=ExitStack(), timing=variant.timing)  # fmt: skip
+    error, body = None, {}
+    pg_started = postgres_started(services.admin_dsn)
+    with dr.stack:
+        try:
+            body = driver.load(scn.driver)(dr) or {}
+        except Exception as e:  # noqa: BLE001 - recorded; the run counts as not correct
+            error = f"{type(e).__name__}: {e}"
+            dr.note("error", error=error, tb=traceback.format_exc()[-3000:])
+    try:
+        pg_now = postgres_started(services.admin_dsn)
+    except psycopg.Error as e:
+        pg_now = f"unreachable ({e})"
+    if pg_now != pg_started and error is None:
+        error = (f"Postgres restarted during the run by something outside it (postmaster "
+                 f"start {pg_started} -> {pg_now}); not a measurement")  # fmt: skip
+    outcome = dict(body.get("outcome") or driver.summarize(body.get("iterations") or []))
+    outcome.setdefault("n", len(body.get("iterations") or []))
+    outcome["correct"] = (error is None and outcome["n"] > 0
+                          and outcome.get("correct_n") == outcome["n"])  # fmt: skip
+    outcome["harness_error"] = error
+    rec = {
+        "identity": {"run_id": run_id, "scenario": scn.id, "variant": variant.name,
+                     "system": system, "tier": tier, "seed": seed, "api": "local",
+                     "driver": scn.driver, "iterations_planned": n},
+        "versions": services.versions,
+        "timing_constants": variant.timing,
+        "faults": {**(body.get("faults") or {}), "timeline": dr.log,
+                   "emulated": list(scn.emulated)},
+        "ground_truth": body.get("ground_truth") or {},
+        "iterations": body.get("iterations") or [],
+        "outcome": outcome,
+        "artifacts": body.get("artifacts") or {},
+        "timings": {"started_at": round(dr.t0, 3), "wall": round(time.time() - dr.t0, 3),
+                    **(body.get("timings") or {})},
+        "error": error,
+    }  # fmt: skip
+    return _jsonable(rec)
+
+
 def run_one(services: Services, scn: Scenario, variant: Variant, system: str, tier: int,
             seed: int, out_dir: Path, api: str = "local") -> dict:  # fmt: skip
     # Postgres may be restarting (a shared cluster): do not start a run that cannot measure.
     wait_for_postgres(services.admin_dsn)
-    rec = Run(services, scn, variant, system, tier, seed, out_dir, api).execute()
+    if scn.driver:
+        rec = run_driver(services, scn, variant, system, tier, seed, out_dir)
+    else:
+        rec = Run(services, scn, variant, system, tier, seed, out_dir, api).execute()
     path = out_dir / f"{rec['identity']['run_id']}.json"
     path.write_text(json.dumps(rec, indent=1, sort_keys=True))
     return rec

@@ -52,7 +52,7 @@ DEFAULT_TIMING: dict[str, float] = {
 ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     # start worker subprocesses (maybe armed; via_proxy: through the run's fault proxy to
     # Postgres or the Temporal server)
-    "workers": ("drive", ("kill_at", "count", "via_proxy")),
+    "workers": ("drive", ("kill_at", "stop_at", "count", "via_proxy")),
     "start": ("drive", ()),  # start the workflow
     "approve": ("drive", ("amount",)),  # a person approves {amount} (runtime: rt.approve)
     "wait_crash": ("wait", ()),  # until the armed worker died by its kill point (SIGKILL)
@@ -70,6 +70,14 @@ ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fork": ("world", ("approve",)),
     "wait_send": ("wait", ()),  # until the first refund POST arrived at the target (t_send)
     "partition": ("fault", ("after", "until")),  # blackhole the proxy, t_send+after..+until
+    # until the decision is recorded and the workflow waits for the approval
+    "wait_decided": ("wait", ()),
+    # S10: the system's server crashes and comes back (needs `servers: private`): the runtime's
+    # Postgres `pg_ctl stop -m immediate` + start; Temporal's dev server SIGKILL + start on the
+    # same SQLite file
+    "server_restart": ("fault", ()),
+    "wait_stopped": ("wait", ()),  # S13: until the worker armed with stop_at is SIGSTOPped
+    "resume": ("fault", ()),  # SIGCONT every stopped worker
 }
 QUANTITIES = ("total_cents", "agent_cents", "hand_cents", "agent_applications", "agent_sends")
 COMPARATORS = ("eq", "le", "ge")
@@ -127,7 +135,6 @@ SCHEMA: dict[str, Any] = {
         "description",
         "tiers",
         "systems",
-        "timeline",
         "oracle",
         "predicted",
         "invariants",
@@ -164,6 +171,20 @@ SCHEMA: dict[str, Any] = {
         },
         "timing": _timing,
         "timeline": {"type": "array", "items": _action, "minItems": 1},
+        # a loop scenario (prove/driver.py): module:function instead of a timeline
+        "driver": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"},
+        "iterations": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["quick", "full"],
+            "properties": {
+                "quick": {"type": "integer", "minimum": 1},
+                "full": {"type": "integer", "minimum": 1},
+            },  # fmt: skip
+        },
+        # private: each run gets its own Postgres cluster (runtime) or Temporal dev server, so
+        # a server crash (S10) hits nobody else's run
+        "servers": {"enum": ["shared", "private"]},
         "oracle": _oracle,
         "predicted": {
             "type": "array",
@@ -236,6 +257,9 @@ class Scenario:
     invariants: tuple[str, ...]
     seeds: dict[str, int]
     emulated: tuple[str, ...] = ()
+    driver: str | None = None  # module:function for a loop scenario (prove/driver.py)
+    iterations: dict[str, int] = field(default_factory=dict)
+    servers: str = "shared"
     path: str = ""
     raw: dict = field(default_factory=dict, repr=False)
 
@@ -439,7 +463,12 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
         if unknown:
             fail(["variants", i, "params"], f"params {sorted(unknown)} have no default in params")
 
-    for i, item in enumerate(data["timeline"]):
+    if bool(data.get("driver")) == bool(data.get("timeline")):
+        fail([], "give either a timeline (actions played per seed) or a driver "
+             "(module:function, a loop scenario), not both and not neither")  # fmt: skip
+    if data.get("driver") and not data.get("iterations"):
+        fail(["driver"], "a driver scenario needs iterations: {quick: N, full: M}")
+    for i, item in enumerate(data.get("timeline") or []):
         ((action, args),) = item.items()
         allowed = ACTIONS[action][1]
         for k, val in (args or {}).items():
@@ -452,7 +481,7 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
                     fail(["timeline", i, action, k], f"${m.group(1)} is not defined in params")
                 for vparams in [base_params] + [v.get("params") or {} for v in raw_variants]:
                     point = resolve_param(one, {**base_params, **vparams})
-                    if k == "kill_at" and point and point not in POINTS:
+                    if k in ("kill_at", "stop_at") and point and point not in POINTS:
                         fail(["timeline", i, action, k],
                              f"unknown kill point {point!r}; known: {', '.join(POINTS)}")  # fmt: skip
 
@@ -484,9 +513,11 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
     return Scenario(
         id=data["id"], title=data["title"], description=data["description"].strip(),
         tiers=tuple(data["tiers"]), systems=tuple(data["systems"]), variants=tuple(variants),
-        timeline=tuple(data["timeline"]), predicted=tuple(data["predicted"]),
+        timeline=tuple(data.get("timeline") or ()), predicted=tuple(data["predicted"]),
         invariants=tuple(data["invariants"]), seeds=dict(data["seeds"]),
-        emulated=tuple(data.get("emulated") or ()), path=str(path), raw=data,
+        emulated=tuple(data.get("emulated") or ()), driver=data.get("driver"),
+        iterations=dict(data.get("iterations") or {}), servers=data.get("servers", "shared"),
+        path=str(path), raw=data,
     )  # fmt: skip
 
 
