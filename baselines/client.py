@@ -52,11 +52,15 @@ async def start_refund(
     case: str = "case-4471",
     payment: str = "pay_881",
     sleep_seconds: float = DEFAULT_SLEEP_SECONDS,
+    timer_seconds: float = 0.0,
     execution_timeout: timedelta | None = None,
 ) -> WorkflowHandle:
+    body: dict = {"case": case, "payment": payment, "sleep_seconds": sleep_seconds}
+    if timer_seconds:
+        body["timer_seconds"] = timer_seconds
     return await client.start_workflow(
         WORKFLOW_NAME,
-        {"case": case, "payment": payment, "sleep_seconds": sleep_seconds},
+        body,
         id=workflow_id,
         task_queue=task_queue,
         execution_timeout=execution_timeout,
@@ -186,6 +190,10 @@ class BaselineClient:
 
     def approve(self, workflow_id: str, amount: int, grant_id: str) -> None:
         self._run(approve(self.client, workflow_id, amount, grant_id))
+
+    def cancel(self, workflow_id: str) -> None:
+        """Request cancellation (the workflow sees CancelledError at its next await)."""
+        self._run(self.client.get_workflow_handle(workflow_id).cancel())
 
     def wait_result(self, workflow_id: str, timeout: float = 60.0) -> dict:
         return self._run(wait_result(self.client, workflow_id, timeout), timeout + 5)

@@ -98,6 +98,9 @@ class RefundWorkflow:
         self.stage = "waiting_approval"
         await workflow.wait_condition(lambda: self.approval is not None)
         assert self.approval is not None
+        if case.get("timer_seconds"):  # S10: a durable timer between the approval and the effect
+            self.stage = "timer"
+            await workflow.sleep(float(case["timer_seconds"]))
         self.stage = "refunding"
         refund = await workflow.execute_activity(
             "refund",

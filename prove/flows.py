@@ -51,6 +51,8 @@ def decide_approve_refund(ctx, case: dict, target, ask, request: dict):
     approval = ctx.wait_signal("approve", timeout=case.get("approval_timeout", 600))
     if approval is None:
         return decision, None
+    if case.get("timer_seconds"):  # S10: a durable timer between the approval and the effect
+        ctx.sleep(float(case["timer_seconds"]), name="timer")
     r = ctx.effect(target, key=f"refund:{case['id']}",
                    payload=payload_for(case, decision.output["amount"]),
                    premises=approval["facts_seen"], grant=approval["grant_id"],

@@ -126,12 +126,13 @@ class RuntimeSystem:
     def module(self) -> str:
         return "prove.stripe_flows" if self.run.api == "stripe" else "prove.flows"
 
-    def spawn(self, kill_at: str | None, via_proxy: bool = False) -> Any:
+    def spawn(self, kill_at: str | None, via_proxy: bool = False,
+              stop_at: str | None = None) -> Any:  # fmt: skip
         from interlock_runtime.testing import WorkerProcess
 
         t = self.run.timing
         wid = f"W{len(self.workers) + 1}"
-        env = {"ILR_KILL_AT": kill_at or ""}
+        env = {"ILR_KILL_AT": kill_at or "", "ILR_STOP_AT": stop_at or ""}
         dsn = self.run.dsn
         if via_proxy:  # this worker's Postgres sessions go through the run's fault proxy
             dsn = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1",
@@ -147,7 +148,8 @@ class RuntimeSystem:
         t, r = self.run.timing, self.run
         case = {"id": r.case_id, "target_url": r.target.url, "payment": PAYMENT, "tier": r.tier,
                 "model_url": r.stub.url, "send_timeout": t["send_timeout"],
-                "settle_margin": t["settle_margin"], "sleep_seconds": t["sleep_seconds"]}  # fmt: skip
+                "settle_margin": t["settle_margin"], "sleep_seconds": t["sleep_seconds"],
+                "timer_seconds": t.get("timer_seconds", 0.0)}  # fmt: skip
         for k in ("queryable", "dedup_window"):
             if k in r.variant.params:
                 case[k] = r.variant.params[k]
@@ -177,12 +179,16 @@ class RuntimeSystem:
             self.approve(int(approve))
         return {"forked": wf, "fork": new_id, "at_seq": seq, "approved": approve}
 
-    def approve(self, amount: int) -> None:
+    def wait_decided(self) -> None:
         from interlock_runtime.testing import wait_for
 
         wf = self.run.wf_id
         wait_for(lambda: (self.rt.describe(wf)["waiting"] or {}).get("signal") == "approve",
                  self.run.timing["run_timeout"], "the approval wait")  # fmt: skip
+
+    def approve(self, amount: int) -> None:
+        wf = self.run.wf_id
+        self.wait_decided()
         steps = self.rt.describe(wf)["steps"]
         decided = next(s for s in steps if s["kind"] == "decide")["output"]
         from prove.flows import payload_for
@@ -191,7 +197,34 @@ class RuntimeSystem:
                                      decided["premises"], by=APPROVER)  # fmt: skip
 
     def revoke(self) -> dict:
+        if self.grant is None:
+            return {"grant": None, "skipped": "no approval yet"}
         return {"grant": self.grant, "may_still_land": self.rt.revoke(self.grant, by=APPROVER)}
+
+    def cancel(self) -> dict:
+        self.rt.cancel(self.run.wf_id, by=APPROVER)
+        return {"workflow": self.run.wf_id}
+
+    def duplicate_start(self) -> dict:
+        """The same workflow id started again (a client retry): must not run a second copy."""
+        from prove.flows import prove_refund
+
+        try:
+            out = self.rt.start(prove_refund, self.run.wf_id, self.case())
+            return {"accepted": True, "returned": _jsonable(out)}
+        except Exception as e:  # noqa: BLE001 - the refusal is the measurement
+            return {"accepted": False, "refused": f"{type(e).__name__}: {e}"}
+
+    def server_restart(self) -> dict:
+        """Postgres crashes (`pg_ctl stop -m immediate`) and starts again: the run's own
+        cluster (`servers: private`), so no other run is hit."""
+        from interlock_runtime import Runtime
+
+        if self.run.private_pg is None:
+            raise RunnerError("server_restart needs `servers: private` in the scenario")
+        out = self.run.private_pg.restart_immediate()
+        self.rt = self.run.stack.enter_context(Runtime(self.run.dsn))  # the old session died
+        return out
 
     def result(self, timeout: float) -> tuple[str, Any]:
         from interlock_runtime import WorkflowFailed
@@ -246,11 +279,12 @@ class TemporalSystem:
     def __init__(self, run: Run) -> None:
         from baselines.client import BaselineClient
 
-        if run.services.temporal is None:
+        server = run.private_temporal or run.services.temporal
+        if server is None:
             raise RunnerError("the Temporal dev server is not running")
         self.run = run
         self.mode = run.system
-        self.address = run.services.temporal.address
+        self.address = server.address
         self.client = BaselineClient(self.address)
         run.stack.callback(self.client.close)
         self.task_queue = f"tq-{run.run_id}-{uuid.uuid4().hex[:6]}"
@@ -259,14 +293,15 @@ class TemporalSystem:
         self.grant = f"grant-{uuid.uuid4().hex[:12]}"
         self.run_ids: list[str] = []
 
-    def spawn(self, kill_at: str | None, via_proxy: bool = False) -> subprocess.Popen:
+    def spawn(self, kill_at: str | None, via_proxy: bool = False,
+              stop_at: str | None = None) -> subprocess.Popen:  # fmt: skip
         r, t = self.run, self.run.timing
         wid = f"T{len(self.workers) + 1}"
         address = self.address
         if via_proxy:  # this worker reaches the Temporal server through the run's fault proxy
             host, port = self.address.rsplit(":", 1)
             address = f"127.0.0.1:{r.proxy_for((host, int(port)))}"
-        env = dict(os.environ, ILR_KILL_AT=kill_at or "")
+        env = dict(os.environ, ILR_KILL_AT=kill_at or "", ILR_STOP_AT=stop_at or "")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         cmd = [sys.executable, "-m", "baselines.worker", "--address", address,
                "--task-queue", self.task_queue, "--mode", self.mode, "--target-url", r.target.url,
@@ -302,10 +337,11 @@ class TemporalSystem:
     def start(self) -> None:
         r = self.run
         rid = self.client.start_refund(r.wf_id, self.task_queue, case=r.case_id, payment=PAYMENT,
-                                       sleep_seconds=r.timing["sleep_seconds"])  # fmt: skip
+                                       sleep_seconds=r.timing["sleep_seconds"],
+                                       timer_seconds=r.timing.get("timer_seconds", 0.0))  # fmt: skip
         self.run_ids.append(rid)
 
-    def approve(self, amount: int) -> None:
+    def wait_decided(self) -> None:
         from interlock_runtime.testing import wait_for
 
         # The approver approves after the decision is visible, as in the runtime.
@@ -314,13 +350,40 @@ class TemporalSystem:
             return "EVENT_TYPE_ACTIVITY_TASK_COMPLETED" in kinds
 
         wait_for(decided, self.run.timing["run_timeout"], "the decision", every=0.2)
+
+    def approve(self, amount: int) -> None:
+        self.wait_decided()
         with psycopg.connect(self.run.dsn, autocommit=True) as conn:
             conn.execute(
                 "insert into ilr.grants (id, principal, action, max_cents, granted_by)"
-                " values (%s, %s, 'refund', %s, %s)",
+                " values (%s, %s, 'refund', %s, %s) on conflict (id) do nothing",
                 (self.grant, f"workflow:{self.run.wf_id}", amount, APPROVER),
             )
         self.client.approve(self.run.wf_id, amount, self.grant)
+
+    def cancel(self) -> dict:
+        self.client.cancel(self.run.wf_id)
+        return {"workflow": self.run.wf_id}
+
+    def duplicate_start(self) -> dict:
+        r = self.run
+        try:
+            rid = self.client.start_refund(r.wf_id, self.task_queue, case=r.case_id,
+                                           payment=PAYMENT,
+                                           sleep_seconds=r.timing["sleep_seconds"],
+                                           timer_seconds=r.timing.get("timer_seconds", 0.0))  # fmt: skip
+            return {"accepted": True, "run_id": rid}
+        except Exception as e:  # noqa: BLE001 - the refusal is the measurement
+            return {"accepted": False, "refused": f"{type(e).__name__}: {e}"}
+
+    def server_restart(self) -> dict:
+        """The dev server is SIGKILLed and started again on the same SQLite file (the run's
+        own server under `servers: private`)."""
+        if self.run.private_temporal is None:
+            raise RunnerError("server_restart needs `servers: private` in the scenario")
+        t0 = time.time()
+        self.run.private_temporal.restart(crash=True)
+        return {"server": "temporal dev server", "sigkill_and_start_s": round(time.time() - t0, 3)}
 
     def fork(self, approve: int | None) -> dict:
         """`temporal workflow reset --type FirstWorkflowTask` (S05): the new run re-runs the
@@ -436,6 +499,8 @@ class Run:
         self.world: dict[str, float] = {}  # world event name -> time it took effect
         self.plan = crash_plan(scn, variant, system, tier, seed, api, services.crash_plans)
         self.proxy: Any = None  # the run's fault proxy (S08a), made on first use
+        self.private_pg: PrivatePostgres | None = None  # `servers: private` (S10)
+        self.private_temporal: Any = None
         self._timers: list[threading.Thread] = []
 
     def note(self, what: str, **fields: Any) -> None:
@@ -463,14 +528,17 @@ class Run:
     # -- actions (the scenario's timeline) --
 
     def a_workers(self, kill_at: str | None = None, count: int | None = None,
-                  via_proxy: bool = False) -> None:  # fmt: skip
+                  via_proxy: bool = False, stop_at: str | None = None) -> None:  # fmt: skip
         n = int(count or self.timing[f"{self.sys.family}_workers"])
         external = self.plan["kind"] == "external" and kill_at
         for i in range(n):
-            p = self.sys.spawn(None if external else kill_at, via_proxy=bool(via_proxy))
+            p = self.sys.spawn(None if external else kill_at, via_proxy=bool(via_proxy),
+                               stop_at=stop_at)  # fmt: skip
             p.armed = bool(kill_at)  # type: ignore[attr-defined]
+            p.stop_at = stop_at  # type: ignore[attr-defined]
             self.note("worker_start", pid=p.pid, kill_at=None if external else kill_at, index=i,
-                      external_kill=bool(external), via_proxy=bool(via_proxy))  # fmt: skip
+                      external_kill=bool(external), via_proxy=bool(via_proxy),
+                      stop_at=stop_at)  # fmt: skip
 
     def a_start(self) -> None:
         self.t_start = time.time()
@@ -563,6 +631,52 @@ class Run:
         out = self.sys.fork(approve)
         self.note("fork", **out)
 
+    def a_wait_decided(self) -> None:
+        self.sys.wait_decided()
+        self.note("decided")
+
+    def a_cancel(self) -> None:
+        out = self.sys.cancel()
+        self.world["cancel"] = time.time()
+        self.note("cancel", **out)
+
+    def a_reapprove(self) -> None:
+        """The person approves again (a duplicate signal), with the amount approved before."""
+        self.sys.approve(self.approved_amount)
+        self.note("reapprove", amount=self.approved_amount)
+
+    def a_duplicate_start(self) -> None:
+        out = self.sys.duplicate_start()
+        self.note("duplicate_start", **out)
+
+    def a_server_restart(self) -> None:
+        self.note("server_crash")
+        out = self.sys.server_restart()
+        self.note("server_restarted", **(out or {}))
+
+    def a_wait_stopped(self) -> None:
+        """Until the worker armed with stop_at has SIGSTOPped itself at its point."""
+        armed = [w for w in self.sys.workers if getattr(w, "stop_at", None)]
+        deadline = time.monotonic() + self.timing["run_timeout"]
+        while time.monotonic() < deadline:
+            for w in armed:
+                proc = w if isinstance(w, subprocess.Popen) else w.proc
+                if _proc_state(proc.pid) == "T":
+                    self.t_stopped = time.time()
+                    self.note("stopped", pid=proc.pid, stop_at=w.stop_at)
+                    return
+            time.sleep(0.02)
+        raise RunnerError("no armed worker reached its stop point")
+
+    def a_resume(self, after: float | None = None) -> None:
+        if after is not None and getattr(self, "t_stopped", None):
+            time.sleep(max(0.0, self.t_stopped + float(after) - time.time()))
+        for proc in self._procs():
+            if proc.poll() is None and _proc_state(proc.pid) == "T":
+                proc.send_signal(signal.SIGCONT)
+                self.note("sigcont", pid=proc.pid, stopped_for=round(
+                    time.time() - getattr(self, "t_stopped", time.time()), 3))  # fmt: skip
+
     def a_wait_send(self) -> None:
         """Until the first agent POST arrived at the target (t_send: S08a's time origin)."""
         deadline = time.monotonic() + self.timing["run_timeout"]
@@ -641,9 +755,28 @@ class Run:
             self.admin.create_payment(PAYMENT, PAID)
             self.stub = ModelStub(log_path=str(self.dir / "model_calls.jsonl")).start()
             self.stack.callback(self.stub.stop)
-            self.dsn = self.stack.enter_context(
-                fresh_database(self.services.admin_dsn, self.services.template)
-            )
+            private = self.scn.servers == "private"
+            if private and FAMILY[self.system] == "runtime":
+                from interlock_runtime import db
+                from interlock_runtime.testing import with_dbname
+
+                self.private_pg = PrivatePostgres(self.dir / "pg")
+                self.stack.callback(self.private_pg.close)
+                self.dsn = with_dbname(self.private_pg.start(), "ilr")
+                with db.connect(self.dsn) as conn:
+                    db.apply_schema(conn)
+                self.note("private_postgres", port=self.private_pg.port)
+            else:
+                self.dsn = self.stack.enter_context(
+                    fresh_database(self.services.admin_dsn, self.services.template)
+                )
+            if private and FAMILY[self.system] == "temporal":
+                from prove.temporal_server import TemporalDevServer
+
+                self.private_temporal = TemporalDevServer(self.dir / "temporal.db", port=0)
+                self.stack.callback(self.private_temporal.kill)
+                self.private_temporal.start()
+                self.note("private_temporal", address=self.private_temporal.address)
             try:
                 self.sys = SYSTEMS[self.system](self)
                 for name, args in self.scn.steps(self.system, self.variant):
@@ -725,6 +858,8 @@ class Run:
                 "resume_after_restart": round(self.t_end - self.t_restart, 3)
                 if self.t_end and self.t_restart
                 else None,
+                "workers_restarted_at": round(self.t_restart, 3) if self.t_restart else None,
+                "timers": timer_lateness(artifacts),
             },  # fmt: skip
             "error": error,
         }
@@ -754,6 +889,96 @@ def wait_for_postgres(admin_dsn: str, timeout: float = 120.0) -> bool:
         except psycopg.Error:
             time.sleep(1.0)
     return False
+
+
+def _proc_state(pid: int) -> str:
+    """The process's state letter from /proc (T: stopped), or '?' when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+class PrivatePostgres:
+    """A Postgres cluster of one run's own (`servers: private`), driven through `interlock pg`
+    with its own port and data directory, so S10's crash hits no other run."""
+
+    def __init__(self, root: Path) -> None:
+        from prove.temporal_server import free_port
+
+        self.root = root
+        self.port = free_port()
+        self.env = dict(os.environ, ILR_PG_PORT=str(self.port), ILR_DATA=str(root))
+        self.env.pop("ILR_DSN", None)
+
+    def _pg(self, *args: str) -> str:
+        cmd = [sys.executable, "-c", "import sys; from interlock_runtime.cli import main; "
+               "sys.exit(main())", "pg", *args]  # fmt: skip
+        out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
+        if out.returncode != 0:
+            raise RunnerError(f"interlock pg {' '.join(args)} (port {self.port}) failed: "
+                              f"{out.stdout[-1000:]}{out.stderr[-2000:]}")  # fmt: skip
+        return out.stdout.strip()
+
+    def admin_dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> str:
+        self._pg("start")
+        return self.admin_dsn()
+
+    def restart_immediate(self) -> dict:
+        t0 = time.time()
+        self._pg("restart-immediate")
+        return {"server": f"postgres (private, port {self.port})",
+                "stop_immediate_and_start_s": round(time.time() - t0, 3)}  # fmt: skip
+
+    def close(self) -> None:
+        try:
+            self._pg("stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _ts(text: str) -> float:
+    from datetime import datetime
+
+    text = text.replace("Z", "+00:00").replace(" ", "T")
+    if "." in text:  # Temporal writes nanoseconds; fromisoformat takes up to microseconds
+        head, frac = text.split(".", 1)
+        digits = "".join(ch for ch in frac if ch.isdigit())
+        text = f"{head}.{digits[:6]}{frac[len(digits) :]}"
+    return datetime.fromisoformat(text).timestamp()
+
+
+def timer_lateness(artifacts: dict) -> list[dict]:
+    """How late each durable timer of the workflow fired, from the system's own records:
+    the runtime's sleep step (written at database time when the timer fired) against its
+    `until`; Temporal's TimerFired event against TimerStarted + startToFireTimeout."""
+    out = []
+    for step in (artifacts.get("describe") or {}).get("steps") or []:
+        if step.get("kind") == "sleep" and isinstance(step.get("output"), dict):
+            due = _ts(step["output"]["until"])
+            fired = _ts(str(step["created_at"]))
+            out.append({"timer": step["name"], "due": due, "fired": fired,
+                        "late_s": round(fired - due, 3)})  # fmt: skip
+    events = ((artifacts.get("history") or {}).get("events")) or []
+    started = {}
+    for e in events:
+        if e["eventType"] == "EVENT_TYPE_TIMER_STARTED":
+            a = e["timerStartedEventAttributes"]
+            started[e["eventId"]] = (
+                _ts(e["eventTime"]),
+                float(a["startToFireTimeout"].rstrip("s")),
+            )
+        elif e["eventType"] == "EVENT_TYPE_TIMER_FIRED":
+            t0, dur = started.get(e["timerFiredEventAttributes"]["startedEventId"], (None, 0.0))
+            if t0 is not None:
+                fired = _ts(e["eventTime"])
+                out.append({"timer": f"{dur:g}s", "due": t0 + dur, "fired": fired,
+                            "late_s": round(fired - t0 - dur, 3)})  # fmt: skip
+    return out
 
 
 def _is_refund_post(a: dict) -> bool:

@@ -39,6 +39,7 @@ DEFAULT_TIMING: dict[str, float] = {
     "send_timeout": 3.0,  # runtime send deadline; Temporal's refund start_to_close is 3 s too
     "settle_margin": 5.0,
     "sleep_seconds": 0.5,  # the workflow's sleep, shortened from the spec's long sleep
+    "timer_seconds": 0.0,  # S10: a durable timer between the approval and the effect (0: none)
     "runtime_workers": 3,
     "temporal_workers": 1,
     "temporal_sticky_timeout": 2.0,  # shortened from the SDK default 10 s (latency only)
@@ -77,7 +78,12 @@ ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     # same SQLite file
     "server_restart": ("fault", ()),
     "wait_stopped": ("wait", ()),  # S13: until the worker armed with stop_at is SIGSTOPped
-    "resume": ("fault", ()),  # SIGCONT every stopped worker
+    # SIGCONT every stopped worker, `after` seconds after it stopped (default: now)
+    "resume": ("fault", ("after",)),
+    # world events of the mixed sweep
+    "cancel": ("world", ()),  # the workflow is cancelled (runtime rt.cancel; Temporal cancel)
+    "reapprove": ("world", ()),  # the person approves a second time (a duplicate signal)
+    "duplicate_start": ("drive", ()),  # the same workflow id is started again
 }
 QUANTITIES = ("total_cents", "agent_cents", "hand_cents", "agent_applications", "agent_sends")
 COMPARATORS = ("eq", "le", "ge")
@@ -141,7 +147,7 @@ SCHEMA: dict[str, Any] = {
         "seeds",
     ],  # fmt: skip
     "properties": {
-        "id": {"type": "string", "pattern": "^S[0-9]{2}[a-zL]?$"},
+        "id": {"type": "string", "pattern": "^(S[0-9]{2}[a-zL]?|MIX)$"},
         "title": {"type": "string", "minLength": 1},
         "description": {"type": "string", "minLength": 1},
         "tiers": {"type": "array", "items": _tier, "minItems": 1, "uniqueItems": True},
