@@ -55,6 +55,9 @@ async def _connect(address: str, namespace: str, timeout: float, identity: str) 
 
 
 async def run(args: argparse.Namespace) -> int:
+    from prove.model_stub import warm_sdk
+
+    warm_sdk()  # the SDK's first import is not decision latency (as the runtime's worker)
     identity = f"{args.id}@{os.getpid()}"
     client = await _connect(args.address, args.namespace, args.connect_timeout, identity)
     activities = refund.configure(

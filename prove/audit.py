@@ -206,6 +206,9 @@ def _answer_runtime(rec: Mapping[str, Any]) -> tuple[dict, dict, set]:
         raise Unauditable("no runtime artifacts (describe) in the run file")
     bundle = arts.get("receipt")
     ids = _runtime_effect_ids(arts)
+    every = arts.get("receipts") or {}
+    if len(every) > 1 and ids <= set(every):  # S05: the fork's effect and the original's
+        return _answer_runtime_many(rec, [every[e] for e in sorted(every)])
     if bundle is None:
         if ids:
             raise Unauditable(
@@ -264,6 +267,35 @@ def _answer_runtime(rec: Mapping[str, Any]) -> tuple[dict, dict, set]:
         why["P5"] = f"byte {t['offset']} {t['before']!r}->{t['after']!r}: flipped copy " + (
             "rejected: " + (t["problems"] or ["?"])[0][:80] if t["detected"] else "VERIFIED"
         )
+    return answers, why, forged
+
+
+def _answer_runtime_many(rec: Mapping[str, Any], bundles: list) -> tuple[dict, dict, set]:
+    """Several effects of one case (a fork and its original): each receipt is answered alone,
+    then combined: it happened if any effect happened; at most once when at most one effect
+    happened, each at most once; P3-P5 must hold for every receipt."""
+    parts = []
+    for i, b in enumerate(bundles):
+        one = dict(rec)
+        one["artifacts"] = {**rec["artifacts"], "receipt": b, "receipts": {}}
+        one["artifacts"]["effects"] = [{"effect_id": b.get("effect_id")}]
+        one["artifacts"]["describe"] = {"effects": [{"effect_id": b.get("effect_id")}]}
+        one["artifacts"]["forked_from"] = []
+        one["identity"] = {**rec["identity"], "run_id": f"{_identity(rec)['run_id']}#{i}"}
+        parts.append(_answer_runtime(one))
+    answers: dict[str, str] = {}
+    why = {q: " | ".join(p[1][q] for p in parts) for q in QUESTIONS}
+    p1 = [p[0]["P1"] for p in parts]
+    answers["P1"] = YES if YES in p1 else (UNKNOWN if UNKNOWN in p1 else NO)
+    p2 = [p[0]["P2"] for p in parts]
+    if p1.count(YES) > 1 or NO in p2:
+        answers["P2"] = NO
+    else:
+        answers["P2"] = UNKNOWN if UNKNOWN in p2 + p1 else YES
+    for q in ("P3", "P4", "P5"):
+        vals = [p[0][q] for p in parts]
+        answers[q] = NO if NO in vals else (UNKNOWN if UNKNOWN in vals else YES)
+    forged = set().union(*(p[2] for p in parts))
     return answers, why, forged
 
 

@@ -17,8 +17,10 @@ The shape matches the Temporal baseline (baselines/refund.py) step for step:
 from __future__ import annotations
 
 from interlock_runtime import workflow
-from prove.model_stub import decide_amount
+from prove.model_stub import decide_amount, warm_sdk
 from prove.target_client import LocalRefunds
+
+warm_sdk()  # at worker start, before it registers (as the Temporal worker does before ready)
 
 
 def refund_target(case: dict) -> LocalRefunds:

@@ -319,6 +319,13 @@ class ModelStub:
         self.stop()
 
 
+def warm_sdk() -> None:
+    """Import the anthropic SDK now (a worker calls this at start): its first import costs
+    seconds of CPU on this machine, which would otherwise land inside the first decision and
+    be measured as decision latency. Both systems' workers warm it before they are ready."""
+    import anthropic  # noqa: F401
+
+
 _CLIENTS: dict[tuple, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 

@@ -161,16 +161,29 @@ def aggregate(scns: list[Scenario], results: list[dict]) -> list[dict]:
         i = r["identity"]
         by_cell[(i.get("api", "local"), i["scenario"], i["variant"], i["system"],
                  i["tier"])].append(r)  # fmt: skip
+    from prove import audit
+
     cells = []
     scn_by_id = {s.id: s for s in scns}
     for (api, sid, variant, system, tier), runs in sorted(by_cell.items()):
         scn = scn_by_id.get(sid)
         runs.sort(key=lambda r: r["identity"]["seed"])
-        n = len(runs)
         ocs = [r["outcome"] for r in runs]
-        k = sum(1 for o in ocs if o.get("correct"))
+        # a loop scenario's run (prove/driver.py) carries n iterations; each counts as one run
+        n = sum(int(o.get("n", 1)) for o in ocs)
+        k = sum(int(o["correct_n"]) if "correct_n" in o else int(bool(o.get("correct")))
+                for o in ocs)  # fmt: skip
         lo, hi = wilson(k, n)
         sums = {c: sum(int(o.get(c) or 0) for o in ocs) for c in COUNTERS}
+        audits = [audit.audit_run(r) for r in runs if not r["identity"].get("driver")]
+        proof = audit.cell_summary(audits) if audits else {
+            "can_prove_mean": None, "false_claims": 0, "false_claims_per_1000": None,
+            "n_audited": 0}  # fmt: skip
+        size = {"runs": len(runs),
+                "iterations_per_run": sorted({int(o.get("n", 1)) for o in ocs})}  # fmt: skip
+        loop_timings = [{k2: v for k2, v in (r.get("timings") or {}).items()
+                         if k2 not in ("started_at", "wall")}
+                        for r in runs if r["identity"].get("driver")]  # fmt: skip
         e2e = [r["timings"]["end_to_end"] for r in runs
                if r.get("timings", {}).get("end_to_end") is not None]  # fmt: skip
         pred = scn.prediction(system, tier, variant) if scn else None
@@ -199,14 +212,63 @@ def aggregate(scns: list[Scenario], results: list[dict]) -> list[dict]:
             "prediction_held": sum(1 for h in held if h), "prediction_checked": sum(
                 1 for h in held if h is not None),
             "end_to_end_p50": percentile(e2e, 50), "end_to_end_p99": percentile(e2e, 99),
-            "failing_runs": [r["identity"]["run_id"] for r in runs
-                             if not r["outcome"].get("correct")],
+            "e2e_values": e2e,
+            "failing_runs": [r["identity"]["run_id"] + (
+                f" (iterations {r['outcome'].get('failing_iterations')})"
+                if r["identity"].get("driver") else "")
+                for r in runs if not r["outcome"].get("correct")],
+            "can_prove": proof, "size": size, "loop_timings": loop_timings,
+            "audit_false_claims": [a.get("run_id") for a in audits if a.get("false_claims")],
+            "timers": [t for r in runs for t in (r.get("timings") or {}).get("timers") or []
+                       if t.get("timer") not in ("sleep", "0.5s")],
+            "timer_after_return": [round(t["fired"] - max(t["due"], back), 3) for r in runs
+                                   if (back := (r.get("timings") or {}).get(
+                                       "workers_restarted_at"))
+                                   for t in (r.get("timings") or {}).get("timers") or []
+                                   if t.get("timer") not in ("sleep", "0.5s")],
+            "wake_after_restart": [w for w in (_wake_after_restart(r) for r in runs)
+                                   if w is not None],
+            "resume_after_restart": [r["timings"]["resume_after_restart"] for r in runs
+                                     if (r.get("timings") or {}).get("resume_after_restart")
+                                     is not None],
+            "approve_to_send": [d for d in (_approve_to_send(r) for r in runs) if d is not None],
             "harness_errors": [r["identity"]["run_id"] for r in runs if r.get("error")],
             "invariant_failures": dict(inv_fail),
             "invariants_checked": scn.invariants if scn else [],
             "timing_constants": runs[0].get("timing_constants") if runs else None,
         })  # fmt: skip
     return cells
+
+
+def _t0(r: dict) -> float | None:
+    return (r.get("timings") or {}).get("started_at")
+
+
+def _first_post(r: dict) -> float | None:
+    posts = [a["arrival"] for a in (r.get("ground_truth") or {}).get("access_log") or []
+             if a.get("method") == "POST" and a.get("path", "").rstrip("/")
+             in ("/refunds", "/v1/refunds")]  # fmt: skip
+    return min(posts) if posts else None
+
+
+def _approve_to_send(r: dict) -> float | None:
+    """Seconds from the approval (harness timeline) to the refund POST's arrival at the target."""
+    t0, post = _t0(r), _first_post(r)
+    approve = next((e["t"] for e in (r.get("faults") or {}).get("timeline") or []
+                    if e.get("what") == "approve"), None)  # fmt: skip
+    if t0 is None or post is None or approve is None:
+        return None
+    return round(post - (t0 + approve), 3)
+
+
+def _wake_after_restart(r: dict) -> float | None:
+    """S11: seconds from fresh workers starting to the refund POST (the approval arrived while
+    every worker was down: how fast the kept signal wakes the workflow)."""
+    post = _first_post(r)
+    back = (r.get("timings") or {}).get("workers_restarted_at")
+    if r["identity"].get("scenario") != "S11" or post is None or back is None:
+        return None
+    return round(post - back, 3)
 
 
 def verdict(rt: dict | None, other: dict | None) -> str:
@@ -240,8 +302,10 @@ def _cellstr(c: dict | None) -> str:
     if not c:
         return "-"
     p = c["per_1000"]
+    cp = c["can_prove"]["can_prove_mean"]
     return (f"{_pct(c)}; dup {p['duplicate_applications']:.0f}; "
-            f"blocked {p['blocked_never_sent']:.0f}; can-prove n/a")  # fmt: skip
+            f"blocked {p['blocked_never_sent']:.0f}; "
+            f"can-prove {'n/a' if cp is None else f'{cp:.1f}/5'}")  # fmt: skip
 
 
 def _observed(c: dict) -> str:
@@ -321,9 +385,12 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
     w("## 2. Main table\n")
     w(
         "Each system column: correct % (n) [95% Wilson interval]; duplicate applications and "
-        "blocked-never-sent per 1,000 runs; can-prove score (the audit of issue 8 is not built "
-        "yet: n/a). Verdicts are mechanical (DESIGN B12); with a few seeds per cell the intervals "
-        "are wide and most verdicts are `equal` even where the point estimates differ.\n"
+        "blocked-never-sent per 1,000 runs; can-prove: the mean score out of 5 of the audit "
+        "(prove/audit.py: P1-P5 answered from the system's own records only, scored against "
+        "the ledger; n/a for loop scenarios, whose iterations keep no per-run records). A loop "
+        "scenario (S11r, S12, S14, MIX) counts each iteration as one run. Verdicts are mechanical "
+        "(DESIGN B12); with few runs per cell the intervals are wide and most verdicts are "
+        "`equal` even where the point estimates differ.\n"
     )
     w(
         "| scenario | tier | variant | runtime | (a) temporal_idem | (b) temporal_check "
@@ -379,22 +446,29 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "server with SQLite, not a production deployment).\n"
     )
     w(
-        "| cell | n | crash plans | dup | wrong | revoked | premise | blocked | e2e p50 | "
-        "e2e p99 | runtime invariant checks failing | harness errors |"
+        "| cell | n (size) | crash plans | dup | wrong | revoked | premise | blocked | e2e p50 | "
+        "e2e p99 | can-prove mean (false claims) | runtime invariant checks failing | "
+        "harness errors |"
     )
-    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in cells:
         p = c["per_1000"]
         inv = ", ".join(f"{k} x{v}" for k, v in c["invariant_failures"].items())
         if c["system"] != "runtime":
             inv = "n/a"
+        cp = c["can_prove"]
+        cps = "n/a" if cp["can_prove_mean"] is None else (
+            f"{cp['can_prove_mean']:.2f} ({cp['false_claims']})")  # fmt: skip
+        it = c["size"]["iterations_per_run"]
+        sz = f"{c['size']['runs']} run(s)" + (f" x {'/'.join(map(str, it))} it." if it != [1]
+                                              else "")  # fmt: skip
         w(
-            f"| {_cellname(c)} | {c['n']} | "
+            f"| {_cellname(c)} | {c['n']} ({sz}) | "
             f"{', '.join(f'{k} {v}' for k, v in sorted(c['crash_plans'].items()))} | "
             f"{p['duplicate_applications']:.0f} | {p['wrong_amount']:.0f} | "
             f"{p['sent_under_revoked_grant']:.0f} | {p['sent_on_changed_premise']:.0f} | "
             f"{p['blocked_never_sent']:.0f} | {_num(c['end_to_end_p50'])} | "
-            f"{_num(c['end_to_end_p99'])} | {inv or 'none'} | "
+            f"{_num(c['end_to_end_p99'])} | {cps} | {inv or 'none'} | "
             f"{', '.join(c['harness_errors']) or '-'} |"
         )
 
@@ -436,12 +510,27 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         w("")
     w("## 4. Latency and throughput\n")
     w(
-        "No no-fault latency runs in this sweep (issue 8); end-to-end times of the fault runs are "
-        "in 2c. The benchmark on the same machine (`make bench`, results/bench.md) measures both "
-        "shapes; its medians, read from results/bench.json:\n"
+        "One laptop (2 cores, shared by the sweep's parallel runs); Temporal is the dev server "
+        "with SQLite, not a production deployment. Seconds.\n"
+    )
+    for line in latency_lines(cells):
+        w(line)
+    w(
+        "\nThroughput is not measured inside the sweep (the sweep runs 2 runs in parallel with "
+        "fault injection); the closed-loop benchmark on the same machine (`make bench`, "
+        "results/bench.md) measures it; its medians, read from results/bench.json:\n"
     )
     for line in bench_lines(REPO / "results" / "bench.json"):
         w(line)
+    w("")
+    w("## 4b. Loop scenarios: what each loop measured\n")
+    loops = [c for c in cells if c["loop_timings"]]
+    if not loops:
+        w("No loop scenario in this sweep.\n")
+    for c in loops:
+        for lt in c["loop_timings"]:
+            items = "; ".join(f"{k} {_short(v)}" for k, v in sorted(lt.items()))
+            w(f"- {_cellname(c)} (n {c['n']}, correct {c['correct']}): {items}")
     w("")
     w("## 5. Cross-reference to the invariant catalog and TLC\n")
     tlc = tlc_outcomes(REPO / "results" / "runtime_tlc.json")
@@ -485,6 +574,12 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
     w("")
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    t3 = plot_tier3(cells, out_dir / "runtime_prove_tier3.png")
+    if t3:
+        i = next(k for k, line in enumerate(md) if line.startswith("## 7. Concessions"))
+        md[i + 1:i + 1] = ["The tier-3 trade, measured: duplicate applications against "
+                           "blocked-never-sent per 1,000 runs over every tier-3 cell of the "
+                           "sweep, per system:\n", f"![tier-3 availability]({t3})\n"]  # fmt: skip
     plot = plot_correct(cells, out_dir / "runtime_prove_correct.png")
     if plot:
         i = next(k for k, line in enumerate(md) if "## 2b. Measured beside predicted" in line)
@@ -510,6 +605,83 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
 
 
 FAILURES_PER_CELL = 20  # spec 11: up to 20 failing runs per cell are kept in results/
+
+
+def _short(v: object) -> str:
+    text = json.dumps(v, default=str) if not isinstance(v, str) else v
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _p(values: list[float], q: float) -> str:
+    v = percentile(values, q)
+    return "-" if v is None else f"{v:.3f}"
+
+
+def latency_lines(cells: list[dict]) -> list[str]:
+    """No-fault latency (S00) and the fault-run latencies: resume after restart, timer
+    lateness (S10), signal wake after an outage (S11), per system."""
+    out = ["| measure | runtime | (a) temporal_idem | (b) temporal_check |", "|---|---|---|---|"]
+
+    def row(label: str, pick) -> None:  # noqa: ANN001 - a small local helper
+        vals = []
+        for m in SYSTEMS:
+            xs = [x for c in cells if c["system"] == m and c["api"] == "local" for x in pick(c)]
+            vals.append(f"p50 {_p(xs, 50)} / p99 {_p(xs, 99)} (n {len(xs)})" if xs else "-")
+        out.append(f"| {label} | {' | '.join(vals)} |")
+
+    row("no-fault end to end, S00 (start to result: decision, approval, 20 ms refund, 0.5 s sleep)",
+        lambda c: c["e2e_values"] if c["scenario"] == "S00" else [])  # fmt: skip
+    row("no-fault approval to refund arrival, S00",
+        lambda c: c["approve_to_send"] if c["scenario"] == "S00" else [])  # fmt: skip
+    row(
+        "resume after restart (fresh workers to result), crash scenarios",
+        lambda c: c["resume_after_restart"] if c["scenario"] not in ("S00", "S10") else [],
+    )
+    row(
+        "timer lateness, S10 (fired - due; workers down until after due)",
+        lambda c: [t["late_s"] for t in c["timers"]] if c["scenario"] == "S10" else [],
+    )
+    row(
+        "timer fired after the workers returned, S10 (fired - max(due, workers back))",
+        lambda c: c["timer_after_return"],
+    )
+    row(
+        "signal wake after outage, S11 (fresh workers to refund arrival)",
+        lambda c: c["wake_after_restart"],
+    )
+    return out
+
+
+def plot_tier3(cells: list[dict], path: Path) -> str | None:
+    """Duplicates vs blocked-never-sent per 1,000 runs over the tier-3 cells, per system."""
+    t3 = [c for c in cells if c["tier"] == 3 and c["api"] == "local"]
+    if not t3:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    xs = range(len(SYSTEMS))
+    for off, key, label in ((-0.2, "duplicate_applications", "duplicate applications"),
+                            (0.2, "blocked_never_sent", "blocked, never sent")):  # fmt: skip
+        vals = []
+        for m in SYSTEMS:
+            n = sum(c["n"] for c in t3 if c["system"] == m)
+            k = sum(c["counters"][key] for c in t3 if c["system"] == m)
+            vals.append(1000 * k / n if n else 0)
+        ax.bar([x + off for x in xs], vals, width=0.4, label=label)
+    ax.set_xticks(list(xs), [LABEL[m] for m in SYSTEMS])
+    ax.set_ylabel("per 1,000 tier-3 runs")
+    ax.legend(fontsize=8)
+    ax.set_title("tier 3 (no lookup): duplicates against availability", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path.name
 
 
 def bench_lines(path: Path) -> list[str]:

@@ -121,6 +121,7 @@ class RuntimeSystem:
         self.rt = run.stack.enter_context(Runtime(run.dsn))
         self.workers: list[Any] = []
         self.grant: str | None = None
+        __import__(self.module)  # import the flow now, not inside the measured start
 
     @property
     def module(self) -> str:
@@ -143,6 +144,10 @@ class RuntimeSystem:
         self.run.stack.callback(w.close)
         self.workers.append(w)
         return w
+
+    def wait_ready(self, workers: list[Any]) -> None:
+        for w in workers:
+            w.wait_event("registered", timeout=120)
 
     def case(self) -> dict:
         t, r = self.run.timing, self.run
@@ -256,6 +261,10 @@ class RuntimeSystem:
             arts["receipt"] = _jsonable(bundle)
             v = receipts.verify(bundle, b"prove-receipt-key")
             arts["receipt_verify"] = _jsonable(v)
+        # every effect of the run (S05: the fork's and the original's), for the audit
+        all_ids = [e["effect_id"] for w in [wf, *self.run.forked_from] for e in self.rt.effects(w)]
+        arts["receipts"] = {e: _jsonable(self.rt.receipt(e, key=b"prove-receipt-key"))
+                            for e in dict.fromkeys(all_ids)}  # fmt: skip
         arts["claim_history"] = _jsonable(self.rt.claim_history(wf))
         events = []
         for w in self.workers:
@@ -531,14 +540,21 @@ class Run:
                   via_proxy: bool = False, stop_at: str | None = None) -> None:  # fmt: skip
         n = int(count or self.timing[f"{self.sys.family}_workers"])
         external = self.plan["kind"] == "external" and kill_at
+        started = []
         for i in range(n):
             p = self.sys.spawn(None if external else kill_at, via_proxy=bool(via_proxy),
                                stop_at=stop_at)  # fmt: skip
+            started.append(p)
             p.armed = bool(kill_at)  # type: ignore[attr-defined]
             p.stop_at = stop_at  # type: ignore[attr-defined]
             self.note("worker_start", pid=p.pid, kill_at=None if external else kill_at, index=i,
                       external_kill=bool(external), via_proxy=bool(via_proxy),
                       stop_at=stop_at)  # fmt: skip
+        # Like Temporal's spawn (which waits for `ready`), the runtime's workers are waited for
+        # until they registered, so no measured time includes a worker's interpreter start.
+        if hasattr(self.sys, "wait_ready"):
+            self.sys.wait_ready(started)
+            self.note("workers_ready", pids=[p.pid for p in started])
 
     def a_start(self) -> None:
         self.t_start = time.time()
