@@ -526,10 +526,12 @@ def judge(rd: Round, ledger: list[dict], access: list[dict]) -> list[dict]:
 
 
 def status_word(iterations: list[dict]) -> str:
-    """'pinned; drained; stuck' when every property held, otherwise which did not."""
+    """'pinned; drained; stuck' when every property held in every round, otherwise which did
+    not."""
     words = {"pinned": ("pinned", "unpinned"), "drain": ("drained", "not drained"),
              "changed_code": ("stuck", "not stuck")}  # fmt: skip
-    return "; ".join(words[it["property"]][0 if it["correct"] else 1] for it in iterations[:3])
+    held = {p: all(it["correct"] for it in iterations if it["property"] == p) for p in PROPERTIES}
+    return "; ".join(words[p][0 if held[p] else 1] for p in PROPERTIES)
 
 
 # -- the driver -----------------------------------------------------------------------------
