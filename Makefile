@@ -44,8 +44,10 @@ test: setup pg-start lint browser
 conformance: setup pg-start
 	ILR_LONG=$(if $(LONG),1,0) $(BIN)/python -m pytest conformance -q
 
+# The quick sweep (under 45 min here) by default; SWEEP=full runs the spec's sizes into its own
+# runs directory and resumes: an interrupted full sweep continues where it stopped.
 prove: setup pg-start
-	$(BIN)/python -m prove
+	$(BIN)/python -m prove $(if $(filter full,$(SWEEP)),--full --resume --runs-dir .data/prove/runs-full)
 
 # Runtime vs DBOS, Absurd and the Temporal dev server in one run: results/bench.md and .json.
 bench: setup pg-start

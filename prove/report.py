@@ -93,6 +93,15 @@ CONCESSIONS = [
 # every tier, variant). Printed only beside a contradiction the runs actually show; the numbers
 # always come from the run files. Written after diagnosing the runs.
 REASONS: dict[tuple, str] = {
+    ("S13", "runtime", 2, "long"): (
+        "the spec concedes $40 for a pause past the send deadline (A1), but this pause sits at "
+        "effect_after_dispatch, before the sender's last local check: on SIGCONT the sender's "
+        "stopwatch (started before dispatch) shows the send deadline passed, so it does not "
+        "write its bytes, and its lease is gone; the successor resolved the open send after "
+        "send_deadline + settle_margin by a lookup (nothing there) and sent once. A1's "
+        "concession remains for a pause inside the write itself, after that check (TLC's "
+        "Pause_t2 configuration), which a stop point cannot reach."
+    ),
     ("S05", "temporal_idem", None, "base"): (
         "the spec's $50 counts the reset alone ($20 + the reset run's $30 under a new run id, "
         "so a new key). At tiers 2 and 3 the crash before the reset already duplicated, as in "
