@@ -232,9 +232,10 @@ def test_two_iterations_against_the_runtime(tmp_path: Path) -> None:
     admin = admin_dsn()
     with template_database(admin) as tpl:
         services = runner.Services(admin, tpl, None, versions={})
+        timing = {**variant.timing, "runtime_workers": 1}  # one worker per iteration: quicker
         run = DriverRun(services=services, scn=scn, variant=variant, system="runtime", tier=1,
                         seed=0, iterations=2, run_id="MIX-base-runtime-t1-s0", dir=tmp_path,
-                        stack=ExitStack(), timing=variant.timing)  # fmt: skip
+                        stack=ExitStack(), timing=timing)  # fmt: skip
         with run.stack:
             out = mixed.mixed(run)
     its = out["iterations"]
