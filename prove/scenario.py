@@ -122,6 +122,16 @@ _timing = {
     "propertyNames": {"enum": list(DEFAULT_TIMING)},
     "additionalProperties": {"type": "number", "minimum": 0},
 }
+# per sweep size: seeds per cell, or a loop scenario's iterations per run
+_sizes = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["quick", "full"],
+    "properties": {
+        "quick": {"type": "integer", "minimum": 1},
+        "full": {"type": "integer", "minimum": 1},
+    },
+}
 _action = {
     "type": "object",
     "minProperties": 1,
@@ -179,15 +189,7 @@ SCHEMA: dict[str, Any] = {
         "timeline": {"type": "array", "items": _action, "minItems": 1},
         # a loop scenario (prove/driver.py): module:function instead of a timeline
         "driver": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"},
-        "iterations": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["quick", "full"],
-            "properties": {
-                "quick": {"type": "integer", "minimum": 1},
-                "full": {"type": "integer", "minimum": 1},
-            },  # fmt: skip
-        },
+        "iterations": _sizes,
         # private: each run gets its own Postgres cluster (runtime) or Temporal dev server, so
         # a server crash (S10) hits nobody else's run
         "servers": {"enum": ["shared", "private"]},
@@ -209,15 +211,7 @@ SCHEMA: dict[str, Any] = {
             },
         },
         "invariants": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-        "seeds": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["quick", "full"],
-            "properties": {
-                "quick": {"type": "integer", "minimum": 1},
-                "full": {"type": "integer", "minimum": 1},
-            },  # fmt: skip
-        },
+        "seeds": _sizes,
         "emulated": {"type": "array", "items": {"type": "string"}},
     },
 }

@@ -45,6 +45,7 @@ from collections import defaultdict
 from contextlib import ExitStack
 from typing import Any
 
+from interlock_runtime.testing import wait_for
 from prove.driver import DriverRun, summarize
 from prove.runner import PAID, PAYMENT, REPO, RunnerError, _jsonable
 from prove.target import Target
@@ -64,16 +65,6 @@ PROPERTIES = ("pinned", "drain", "changed_code")
 
 def params(run: DriverRun) -> dict:
     return {k: type(v)(run.variant.params.get(k, v)) for k, v in DEFAULTS.items()}
-
-
-def wait_until(pred: Any, timeout: float, what: str, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(every)
-    raise RunnerError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 # -- one round ----------------------------------------------------------------------------------
@@ -165,7 +156,7 @@ def _runtime_round(rd: Round) -> None:
         rt.start(NAME, wf, {**rd.case(p["sleep_seconds"]), "grant": grant}, version="1")
     rd.note("started_v1", n=len(rd.v1_ids))
     w1 = worker("W1-v1", "prove.versioning_flows", "--only", f"{NAME}@1")
-    wait_until(lambda: sleeping(rd.v1_ids), timeout, "the v1 workflows to sleep")
+    wait_for(lambda: sleeping(rd.v1_ids), timeout, "the v1 workflows to sleep")
     stop(w1)
 
     # 2. v2-only workers; a canary goes to v2; the v1 sleeps fall due while only v2 serves
@@ -174,7 +165,7 @@ def _runtime_round(rd: Round) -> None:
     rt.start(NAME, rd.canary_id, {**rd.case(0.2), "grant": grant})  # no version: the newest
     rd.note("started_canary", version=rt.describe(rd.canary_id)["version"])
     canary = rt.result(rd.canary_id, timeout=timeout)
-    wait_until(lambda: due(rd.v1_ids), timeout, "the v1 sleeps to fall due")
+    wait_for(lambda: due(rd.v1_ids), timeout, "the v1 sleeps to fall due")
     rd.note("v1_due")
     time.sleep(p["observe_seconds"])
     v2_ids = {w.worker_id for w in v2}
@@ -201,7 +192,7 @@ def _runtime_round(rd: Round) -> None:
     # 4. a v1 workflow sleeps on the v1 worker; the v1 code changes without a patch
     rt.start(NAME, rd.changed_id, {**rd.case(p["changed_sleep_seconds"]), "grant": grant},
              version="1")  # fmt: skip
-    wait_until(lambda: sleeping([rd.changed_id]), timeout, "the eleventh workflow to sleep")
+    wait_for(lambda: sleeping([rd.changed_id]), timeout, "the eleventh workflow to sleep")
     stop(w2)
     refused = worker("C0-changed", "prove.versioning_flows_changed", ready=False)
     exit_code = refused.proc.wait(timeout=timeout)
@@ -209,7 +200,7 @@ def _runtime_round(rd: Round) -> None:
     rd.note("changed_code_refused_at_deploy", exit=exit_code)
     rd.note("changed_worker_start")
     changed = worker("C1-changed", "prove.versioning_flows_changed", "--allow-code-change")
-    wait_until(lambda: rt.describe(rd.changed_id)["status"] not in ("sleeping", "pending",
+    wait_for(lambda: rt.describe(rd.changed_id)["status"] not in ("sleeping", "pending",
                                                                    "running"),
                timeout + p["changed_sleep_seconds"], "the changed code's replay")  # fmt: skip
     rd.note("changed_workflow_ended", status=rt.describe(rd.changed_id)["status"])
@@ -337,7 +328,7 @@ def _temporal_round(rd: Round) -> None:
     for wf in rd.v1_ids:
         client.start_s14(wf, tq, rd.case(p["sleep_seconds"]))
     rd.note("started_v1", n=len(rd.v1_ids))
-    wait_until(lambda: all(has(wf, "EVENT_TYPE_TIMER_STARTED") for wf in rd.v1_ids), timeout,
+    wait_for(lambda: all(has(wf, "EVENT_TYPE_TIMER_STARTED") for wf in rd.v1_ids), timeout,
                "the v1 workflows' timers", every=0.3)  # fmt: skip
     ws.stop("T1-v1")
 
@@ -349,7 +340,7 @@ def _temporal_round(rd: Round) -> None:
     rd.note("current_v2")
     client.start_s14(rd.canary_id, tq, rd.case(0.2))
     canary = client.wait_result(rd.canary_id, timeout=timeout)
-    wait_until(lambda: all(has(wf, "EVENT_TYPE_TIMER_FIRED") for wf in rd.v1_ids), timeout,
+    wait_for(lambda: all(has(wf, "EVENT_TYPE_TIMER_FIRED") for wf in rd.v1_ids), timeout,
                "the v1 timers to fire", every=0.3)  # fmt: skip
     rd.note("v1_due")
     time.sleep(p["observe_seconds"])
@@ -377,7 +368,7 @@ def _temporal_round(rd: Round) -> None:
     # 4. an eleventh workflow pinned to v1 sleeps there; then v1's code changes, no patch
     client.start_s14(rd.changed_id, tq, rd.case(p["changed_sleep_seconds"]),
                      pin=(deployment, "v1"))  # fmt: skip
-    wait_until(lambda: has(rd.changed_id, "EVENT_TYPE_TIMER_STARTED"), timeout,
+    wait_for(lambda: has(rd.changed_id, "EVENT_TYPE_TIMER_STARTED"), timeout,
                "the eleventh workflow's timer", every=0.3)  # fmt: skip
     ws.stop("T2-v1")
     rd.note("changed_worker_start")
@@ -392,7 +383,7 @@ def _temporal_round(rd: Round) -> None:
                         "message": (a.get("failure") or {}).get("message", "")[:600]}  # fmt: skip
         return None
 
-    failed = wait_until(nde, timeout + p["changed_sleep_seconds"], "a failed workflow task",
+    failed = wait_for(nde, timeout + p["changed_sleep_seconds"], "a failed workflow task",
                         every=0.3)  # fmt: skip
     rd.note("changed_workflow_task_failed", cause=failed["cause"])
     time.sleep(p["observe_seconds"])
