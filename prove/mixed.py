@@ -53,8 +53,9 @@ target applied it for (200, not a replay), else the row's `created`. Rules, from
    resends: blocked, an availability cost, not incorrect).
 
 An iteration is correct when the agent total is in the allowed set and no application broke
-rules 1-4. `blocked_never_sent` = no application although 2000 was allowed (the availability
-cost; incorrect only when 2000 was the only allowed total, e.g. a workflow that hung).
+rules 1-4. `blocked_never_sent` = the refund was due and never applied (the availability cost;
+incorrect unless a tier-3 crash made 0 allowed). Due = approved, with no revoke (listing the
+effect or not), cancel or changed premise before the first send and the end of the workflow.
 
 Runner limits worked around here (prove/runner.py is not ours to change):
 - `reapprove` calls the system's approve, which for the runtime first waits until the workflow
@@ -336,14 +337,16 @@ def judge(ledger: list[dict], access: list[dict], notes: list[dict], t0: float, 
             + [cc["t"] for cc in w["cancels"]]
             + [rv["t"] for rv in w["revokes"] if not (runtime and rv["listed"])])  # fmt: skip
     soft = [rv["t"] for rv in w["revokes"] if runtime and rv["listed"]]
-    why = []
+    why: list[str] = []
+    owed = False  # 2000 was due: approved, and nothing (not even a listing revoke) stopped it
     if w["approve"] is None:
         allowed, why = {0}, ["no approval was given"]
     elif any(t < horizon for t in hard):
         allowed, why = {0}, ["a revoke, a hand refund after the decision or a cancel came first"]
     else:
         allowed = {approved}
-        if any(t < horizon for t in soft):
+        owed = not any(t < horizon for t in soft)
+        if not owed:
             allowed.add(0)
             why.append("a revoke listed the effect as may-still-land")
         if tier == 3 and any(w["approve"] < t < end for t in w["crashes"]):
@@ -360,7 +363,7 @@ def judge(ledger: list[dict], access: list[dict], notes: list[dict], t0: float, 
         "observed_cents": total,
         "agent_applications": len(apps),
         "agent_sends": sum(1 for a in access if _is_refund_post(a)),
-        "blocked_never_sent": int(not apps and approved in allowed),
+        "blocked_never_sent": int(not apps and owed),
         "allowed_because": why,
         "world": {
             "approve": None if w["approve"] is None else rel(w["approve"]),

@@ -93,7 +93,7 @@ def test_runtime_revoke_listing_the_effect_leaves_both_open() -> None:
     landed = _judge([_app("re_1", T0 + 2)], [_post(T0 + 2, "re_1")], notes)
     assert landed["correct"] and landed["expected_cents"] == [0, 2000]
     refused = _judge([], [], notes)
-    assert refused["correct"] and refused["blocked_never_sent"] == 1
+    assert refused["correct"] and refused["blocked_never_sent"] == 0  # revoked: not owed
     # the list exempts only the runtime, and only the listed effect
     other = _judge([_app("re_1", T0 + 2, key="eff-2")], [_post(T0 + 2, "re_1")], notes)
     assert not other["correct"] and other["sent_under_revoked_grant"] == 1
