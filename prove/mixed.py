@@ -57,19 +57,13 @@ rules 1-4. `blocked_never_sent` = the refund was due and never applied (the avai
 incorrect unless a tier-3 crash made 0 allowed). Due = approved, with no revoke (listing the
 effect or not), cancel or changed premise before the first send and the end of the workflow.
 
-Runner limits worked around here (prove/runner.py is not ours to change):
-- `reapprove` calls the system's approve, which for the runtime first waits until the workflow
-  waits for `approve`; after the approval was consumed it would block until run_timeout. So a
-  re-approve is only placed in a `waiting` outage (approval sent, not yet consumed).
-- `wait_crash` returns as soon as ANY worker armed with kill_at has exited, including the one
-  that died in crash 1, so a second `workers: {kill_at}` + `wait_crash` returns at once; the
-  second crash is therefore an external SIGKILL (`sleep` + `down`).
-- `cancel` of a workflow that already ended raises (runtime WorkflowConflict, Temporal
-  "already completed"); the rest of the timeline is skipped. The iteration records the cancel
-  as refused (it did not happen) and is judged on what did.
-- A prune makes the runtime's tier-1 key untrustworthy at any moment, so plans with a prune run
-  with dedup_window = 600 s (= the runtime's DEDUP_MARGIN): the runtime is told the truth that
-  a stored key may be gone at any time and recovers by query (as S04 after the real age wait).
+Plan shapes (kept simple on purpose): a re-approve is placed in a `waiting` outage (approval
+sent, not yet consumed); a second crash is an external SIGKILL (`sleep` + `down`); a cancel of
+a workflow that already ended is refused by both systems and recorded as `cancel_refused` (the
+timeline goes on; older run files recorded it as a run error, which `_refused_event` reads).
+A prune makes the runtime's tier-1 key untrustworthy at any moment, so plans with a prune run
+with dedup_window = 600 s (= the runtime's DEDUP_MARGIN): the runtime is told the truth that a
+stored key may be gone at any time and recovers by query (as S04 after the real age wait).
 """
 
 from __future__ import annotations

@@ -191,9 +191,10 @@ class RuntimeSystem:
         wait_for(lambda: (self.rt.describe(wf)["waiting"] or {}).get("signal") == "approve",
                  self.run.timing["run_timeout"], "the approval wait")  # fmt: skip
 
-    def approve(self, amount: int) -> None:
+    def approve(self, amount: int, wait: bool = True) -> None:
         wf = self.run.wf_id
-        self.wait_decided()
+        if wait:
+            self.wait_decided()
         steps = self.rt.describe(wf)["steps"]
         decided = next(s for s in steps if s["kind"] == "decide")["output"]
         from prove.flows import payload_for
@@ -360,8 +361,9 @@ class TemporalSystem:
 
         wait_for(decided, self.run.timing["run_timeout"], "the decision", every=0.2)
 
-    def approve(self, amount: int) -> None:
-        self.wait_decided()
+    def approve(self, amount: int, wait: bool = True) -> None:
+        if wait:
+            self.wait_decided()
         with psycopg.connect(self.run.dsn, autocommit=True) as conn:
             conn.execute(
                 "insert into ilr.grants (id, principal, action, max_cents, granted_by)"
@@ -591,7 +593,10 @@ class Run:
                 proc.wait(timeout=10)
             self.crashed = bool(self.plan.get("killed"))
             return
-        armed = [w for w in self.sys.workers if getattr(w, "kill_at", None)]
+        # a crash already reported (an earlier wait_crash) is not this one
+        seen = {e["pid"] for e in self.log if e["what"] == "crashed"}
+        armed = [w for w in self.sys.workers if getattr(w, "kill_at", None)
+                 and (w if isinstance(w, subprocess.Popen) else w.proc).pid not in seen]  # fmt: skip
         deadline = time.monotonic() + self.timing["run_timeout"]
         while time.monotonic() < deadline:
             for w in armed:
@@ -652,13 +657,22 @@ class Run:
         self.note("decided")
 
     def a_cancel(self) -> None:
-        out = self.sys.cancel()
+        try:
+            out = self.sys.cancel()
+        except Exception as e:  # noqa: BLE001 - e.g. the workflow already ended: no cancel
+            self.note("cancel_refused", error=f"{type(e).__name__}: {e}")
+            return
         self.world["cancel"] = time.time()
         self.note("cancel", **out)
 
     def a_reapprove(self) -> None:
-        """The person approves again (a duplicate signal), with the amount approved before."""
-        self.sys.approve(self.approved_amount)
+        """The person approves again (a duplicate signal), with the amount approved before;
+        it does not wait for the workflow to be waiting (the first approval may be consumed)."""
+        try:
+            self.sys.approve(self.approved_amount, wait=False)
+        except Exception as e:  # noqa: BLE001 - e.g. the workflow already ended
+            self.note("reapprove_refused", error=f"{type(e).__name__}: {e}")
+            return
         self.note("reapprove", amount=self.approved_amount)
 
     def a_duplicate_start(self) -> None:

@@ -247,3 +247,52 @@ def test_the_ground_truth_waits_for_a_refund_still_in_flight(tmp_path) -> None:
         run._wait_inflight()
         assert [r["amount"] for r in run.admin.ledger()["refunds"]] == [2000]
         slow.join()
+
+
+TWO_CRASHES = """
+id: S99
+title: two instrumented crashes, then world events after the end
+description: the second wait_crash must wait for the second armed worker, not the first corpse
+tiers: [1]
+systems: [runtime]
+seeds: {quick: 1, full: 1}
+timeline:
+  - workers: {kill_at: effect_before_dispatch, count: 1}
+  - start:
+  - approve: {amount: 2000}
+  - wait_crash:
+  - down:
+  - workers: {kill_at: effect_after_send, count: 1}
+  - wait_crash:
+  - down:
+  - restart:
+  - wait_result:
+  - reapprove:
+  - cancel:
+oracle:
+  require: {agent_applications: {eq: 1}}
+  refund_expected: true
+predicted:
+  - {system: runtime, tier: 1, total_cents: 2000}
+invariants: [EffectAtMostOnceTier12]
+"""
+
+
+def test_two_crashes_and_events_after_the_end_are_recorded(services, tmp_path) -> None:
+    """Two instrumented crashes in one run (each wait_crash sees its own worker die at its own
+    point); a re-approve and a cancel after the workflow ended are refused and recorded, and
+    the run is not a harness error."""
+    scn_dir = tmp_path / "scenarios"
+    scn_dir.mkdir()
+    (scn_dir / "S99.yaml").write_text(TWO_CRASHES)
+    (scn,) = load_all(directory=scn_dir)
+    (rec,) = runner.sweep(services, runner.plan([scn], 1, "quick", None, None), tmp_path / "runs",
+                          jobs=1, progress=lambda _: None, retries=0)  # fmt: skip
+    assert rec["error"] is None, rec["faults"]["timeline"]
+    crashed = [e for e in rec["faults"]["timeline"] if e["what"] == "crashed"]
+    assert [e["kill_at"] for e in crashed] == ["effect_before_dispatch", "effect_after_send"]
+    assert len({e["pid"] for e in crashed}) == 2 and all(e["real_sigkill"] for e in crashed)
+    whats = [e["what"] for e in rec["faults"]["timeline"]]
+    assert "reapprove_refused" in whats and "cancel_refused" in whats
+    assert [r["amount"] for r in rec["ground_truth"]["ledger"]] == [2000]
+    assert rec["outcome"]["correct"]
