@@ -42,6 +42,29 @@ print(prove["sweep"], "sweep,", len(prove["cells"]), "cells; bench at", bench["g
 out = Path(tempfile.mkdtemp())
 display(Image(filename=str(out / plot_correct(prove["cells"], out / "correct.png"))))""",
     ),
+    ("md", "## Prove: the tier-3 trade (duplicates against blocked-never-sent per 1,000 runs)"),
+    (
+        "code",
+        """from prove.report import plot_tier3
+
+name = plot_tier3(prove["cells"], out / "tier3.png")
+if name:
+    display(Image(filename=str(out / name)))""",
+    ),
+    ("md", "## Prove: can-prove score per system (the audit, from each system's own records)"),
+    (
+        "code",
+        """by_system = {}
+for c in prove["cells"]:
+    cp = c.get("can_prove") or {}
+    if cp.get("n_audited"):
+        s = by_system.setdefault(c["system"], [0.0, 0, 0])
+        s[0] += cp["can_prove_mean"] * cp["n_audited"]
+        s[1] += cp["n_audited"]
+        s[2] += cp["false_claims"]
+for system, (total, n, false) in sorted(by_system.items()):
+    print(f"{system}: mean {total / n:.2f} of 5 over {n} runs, {false} false claims")""",
+    ),
     ("md", "## Prove: cells where a prediction did not hold"),
     (
         "code",

@@ -107,7 +107,10 @@ def _user_can(user: str, test_args: list[str]) -> bool:
 
 
 def _private_dir() -> Path:
-    tag = hashlib.sha256(str(repo_root()).encode()).hexdigest()[:10]
+    # ILR_DATA names another cluster of the same checkout (the Prove harness's private ones):
+    # it gets its own fallback directory too
+    where = str(repo_root()) + (f"|{os.environ['ILR_DATA']}" if os.environ.get("ILR_DATA") else "")
+    tag = hashlib.sha256(where.encode()).hexdigest()[:10]
     return Path("/var/tmp") / f"interlock-pg-{tag}"
 
 
