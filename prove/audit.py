@@ -209,6 +209,8 @@ def _answer_runtime(rec: Mapping[str, Any]) -> tuple[dict, dict, set]:
     every = arts.get("receipts") or {}
     if len(every) > 1 and ids <= set(every):  # S05: the fork's effect and the original's
         return _answer_runtime_many(rec, [every[e] for e in sorted(every)])
+    if bundle is None and len(every) == 1 and ids <= set(every):  # S05: only the original's
+        bundle = next(iter(every.values()))
     if bundle is None:
         if ids:
             raise Unauditable(
@@ -450,6 +452,10 @@ def _response_lost(rec: Mapping[str, Any], timeline: list[dict], posts: list[dic
     for e in timeline:
         if e.get("what") == "crashed" and e.get("kill_at") in LOST_KILL_POINTS:
             return f"the sender was killed at {e['kill_at']}"
+        # S13: frozen after its dispatch was recorded; whether its bytes ever left, nobody
+        # else can see at a target without a lookup
+        if e.get("what") == "stopped" and e.get("stop_at") in LOST_KILL_POINTS:
+            return f"the sender was SIGSTOPped at {e['stop_at']}"
     send_timeout = (rec.get("timing_constants") or {}).get("send_timeout")
     for a in posts:
         if send_timeout and (a.get("end") or 0) - (a.get("arrival") or 0) >= send_timeout:

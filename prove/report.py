@@ -95,6 +95,36 @@ CONCESSIONS = [
 # every tier, variant). Printed only beside a contradiction the runs actually show; the numbers
 # always come from the run files. Written after diagnosing the runs.
 REASONS: dict[tuple, str] = {
+    ("S13", "runtime", 3, "short"): (
+        "the frozen sender's stopwatch starts before its dispatch; after the pause less than "
+        "MIN_SEND_BUDGET (1 s) of its 3 s send budget is left, so it does not write its bytes "
+        "(the effect is left open). At tier 3 the successor cannot look the send up and "
+        "surfaces AMBIGUOUS without resending: $0, blocked_never_sent (the tier-3 availability "
+        "cost), never a duplicate. The prediction assumed the paused sender would still send."
+    ),
+    ("S13", "runtime", 3, "long"): (
+        "the frozen sender's stopwatch starts before its dispatch; after the pause less than "
+        "MIN_SEND_BUDGET (1 s) of its 3 s send budget is left, so it does not write its bytes "
+        "(the effect is left open). At tier 3 the successor cannot look the send up and "
+        "surfaces AMBIGUOUS without resending: $0, blocked_never_sent (the tier-3 availability "
+        "cost), never a duplicate. The prediction assumed the paused sender would still send."
+    ),
+    ("S13", "temporal_idem", None, "long"): (
+        "timing decides it: on SIGCONT the Python SDK cancels the activity whose "
+        "start-to-close expired during the pause (CancelledError in the attempt log), racing "
+        "the frozen attempt's own POST; and the server may have handed a retry attempt to the "
+        "frozen worker's open poll (as in S08a), which runs at once on SIGCONT. So the long "
+        "pause gives one, two or three POSTs ($20-$60) run to run at tiers without dedupe; "
+        "with a lookup (b at tier 2) a late attempt finds the first refund."
+    ),
+    ("S13", "temporal_check", None, "long"): (
+        "timing decides it: on SIGCONT the Python SDK cancels the activity whose "
+        "start-to-close expired during the pause (CancelledError in the attempt log), racing "
+        "the frozen attempt's own POST; and the server may have handed a retry attempt to the "
+        "frozen worker's open poll (as in S08a), which runs at once on SIGCONT. So the long "
+        "pause gives one, two or three POSTs ($20-$60) run to run at tiers without dedupe; "
+        "with a lookup (b at tier 2) a late attempt finds the first refund."
+    ),
     ("S13", "runtime", 2, "long"): (
         "the spec concedes $40 for a pause past the send deadline (A1), but this pause sits at "
         "effect_after_dispatch, before the sender's last local check: on SIGCONT the sender's "
@@ -195,8 +225,9 @@ def aggregate(scns: list[Scenario], results: list[dict]) -> list[dict]:
         loop_timings = [{k2: v for k2, v in (r.get("timings") or {}).items()
                          if k2 not in ("started_at", "wall")}
                         for r in runs if r["identity"].get("driver")]  # fmt: skip
-        e2e = [r["timings"]["end_to_end"] for r in runs
-               if r.get("timings", {}).get("end_to_end") is not None]  # fmt: skip
+        # one number per timeline run; a loop's driver may summarize its own (a dict): skipped
+        e2e = [v for r in runs
+               if isinstance(v := (r.get("timings") or {}).get("end_to_end"), (int, float))]  # fmt: skip
         pred = scn.prediction(system, tier, variant) if scn else None
         held = [o.get("prediction_held") for o in ocs]
         inv_fail: Counter[str] = Counter()
@@ -224,7 +255,9 @@ def aggregate(scns: list[Scenario], results: list[dict]) -> list[dict]:
                 1 for h in held if h is not None),
             "end_to_end_p50": percentile(e2e, 50), "end_to_end_p99": percentile(e2e, 99),
             "e2e_values": e2e,
-            "failing_runs": [r["identity"]["run_id"] + (
+            "failing_runs": [r["identity"]["run_id"] for r in runs
+                             if not r["outcome"].get("correct")],
+            "failing_shown": [r["identity"]["run_id"] + (
                 f" (iterations {r['outcome'].get('failing_iterations')})"
                 if r["identity"].get("driver") else "")
                 for r in runs if not r["outcome"].get("correct")],
@@ -358,7 +391,7 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "expected": c["expected"] or "-", "observed": _observed(c),
         "held": f"{c['prediction_held']}/{c['prediction_checked']}",
         "contradicts": c["prediction_held"] != c["prediction_checked"],
-        "correct": f"{c['correct']}/{c['n']}", "failing": ", ".join(c["failing_runs"]) or "-",
+        "correct": f"{c['correct']}/{c['n']}", "failing": ", ".join(c["failing_shown"]) or "-",
     } for c in cells]  # fmt: skip
     mism = [{
         "scenario": c["scenario"], "tier": c["tier"], "variant": c["variant"], "label": _label(c),

@@ -684,8 +684,10 @@ class Run:
         out = self.sys.server_restart()
         self.note("server_restarted", **(out or {}))
 
-    def a_wait_stopped(self) -> None:
-        """Until the worker armed with stop_at has SIGSTOPped itself at its point."""
+    def a_wait_stopped(self, resume_after: float | None = None) -> None:
+        """Until the worker armed with stop_at has SIGSTOPped itself at its point. With
+        resume_after, a timer sends SIGCONT that many seconds after the stop, whatever the
+        timeline does meanwhile (starting successors takes seconds); `resume` waits for it."""
         armed = [w for w in self.sys.workers if getattr(w, "stop_at", None)]
         deadline = time.monotonic() + self.timing["run_timeout"]
         while time.monotonic() < deadline:
@@ -694,11 +696,20 @@ class Run:
                 if _proc_state(proc.pid) == "T":
                     self.t_stopped = time.time()
                     self.note("stopped", pid=proc.pid, stop_at=w.stop_at)
+                    if resume_after is not None:
+                        self._resume_timer = threading.Thread(
+                            target=self.a_resume, args=(float(resume_after),), daemon=True
+                        )
+                        self._resume_timer.start()
                     return
             time.sleep(0.02)
         raise RunnerError("no armed worker reached its stop point")
 
     def a_resume(self, after: float | None = None) -> None:
+        timer = getattr(self, "_resume_timer", None)
+        if timer is not None and timer is not threading.current_thread():
+            timer.join(self.timing["run_timeout"])  # the SIGCONT wait_stopped scheduled
+            return
         if after is not None and getattr(self, "t_stopped", None):
             time.sleep(max(0.0, self.t_stopped + float(after) - time.time()))
         for proc in self._procs():

@@ -77,7 +77,8 @@ ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     # Postgres `pg_ctl stop -m immediate` + start; Temporal's dev server SIGKILL + start on the
     # same SQLite file
     "server_restart": ("fault", ()),
-    "wait_stopped": ("wait", ()),  # S13: until the worker armed with stop_at is SIGSTOPped
+    # S13: until the worker armed with stop_at is SIGSTOPped (resume_after: SIGCONT it then)
+    "wait_stopped": ("wait", ("resume_after",)),
     # SIGCONT every stopped worker, `after` seconds after it stopped (default: now)
     "resume": ("fault", ("after",)),
     # world events of the mixed sweep

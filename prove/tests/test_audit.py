@@ -192,6 +192,18 @@ def test_tier3_ambiguity_is_unknowable_by_design_only_when_the_answer_was_lost()
     assert out["answers"]["P1"] == "unknown" and out["scores"]["P1"] == 0
 
 
+def test_a_sender_frozen_after_its_dispatch_at_tier3_is_unknowable_by_design() -> None:
+    """S13: SIGSTOP at effect_after_dispatch, nothing applied, the runtime says AMBIGUOUS."""
+    kinds = ("PROPOSED", "AUTHORIZED", "DISPATCHED", "AMBIGUOUS")
+    rec = _runtime(tier=3, applications=0, kinds=kinds)
+    out = audit.audit_run(rec)
+    assert out["answers"]["P1"] == "unknown" and out["scores"]["P1"] == 0  # nothing was lost
+    rec["faults"]["timeline"].append({"t": 1.1, "what": "stopped",
+                                      "stop_at": "effect_after_dispatch"})  # fmt: skip
+    out = audit.audit_run(rec)
+    assert out["unknowable"]["P1"] is True and out["scores"]["P1"] == 1
+
+
 def test_a_receipt_that_does_not_verify_proves_nothing() -> None:
     rec = _runtime()
     rec["artifacts"]["receipt"]["entries"][2]["effect"]["amount"] = 9999  # tampered on disk
