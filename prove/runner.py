@@ -622,6 +622,7 @@ class Run:
     def a_restart(self, count: int | None = None) -> None:
         self.t_restart = time.time()
         self.a_workers(None, count)
+        self.t_ready = time.time()  # both systems' spawns return once the workers are ready
 
     def a_sleep(self, seconds: float) -> None:
         time.sleep(float(seconds))
@@ -900,6 +901,9 @@ class Run:
                 if self.t_end and self.t_restart
                 else None,
                 "workers_restarted_at": round(self.t_restart, 3) if self.t_restart else None,
+                "workers_ready_at": round(self.t_ready, 3)
+                if getattr(self, "t_ready", None)
+                else None,
                 "timers": timer_lateness(artifacts),
             },  # fmt: skip
             "error": error,
