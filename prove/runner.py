@@ -95,7 +95,8 @@ def versions(admin_dsn: str) -> dict:
         tcli = f"unknown ({e})"
     return {
         "git_commit": git("rev-parse", "HEAD"),
-        "git_dirty": bool(git("status", "--porcelain")),
+        # the sweep's own outputs (results/) do not make the code dirty
+        "git_dirty": bool(git("status", "--porcelain", "--", ".", ":!results")),
         "postgres": pg,
         "postgres_port": psycopg.conninfo.conninfo_to_dict(admin_dsn).get("port"),
         "temporalio": md.version("temporalio"),
