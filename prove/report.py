@@ -94,37 +94,26 @@ CONCESSIONS = [
 # Why a measured cell contradicts its prediction, keyed (scenario, system, tier or None for
 # every tier, variant). Printed only beside a contradiction the runs actually show; the numbers
 # always come from the run files. Written after diagnosing the runs.
+S13_T3_RUNTIME = (
+    "the frozen sender's stopwatch starts before its dispatch; after the pause less than "
+    "MIN_SEND_BUDGET (1 s) of its 3 s send budget is left, so it does not write its bytes "
+    "(the effect is left open). At tier 3 the successor cannot look the send up and "
+    "surfaces AMBIGUOUS without resending: $0, blocked_never_sent (the tier-3 availability "
+    "cost), never a duplicate. The prediction assumed the paused sender would still send."
+)
+S13_LONG_TEMPORAL = (
+    "timing decides it: on SIGCONT the Python SDK cancels the activity whose "
+    "start-to-close expired during the pause (CancelledError in the attempt log), racing "
+    "the frozen attempt's own POST; and the server may have handed a retry attempt to the "
+    "frozen worker's open poll (as in S08a), which runs at once on SIGCONT. So the long "
+    "pause gives one, two or three POSTs ($20-$60) run to run at tiers without dedupe; "
+    "with a lookup (b at tier 2) a late attempt finds the first refund."
+)
 REASONS: dict[tuple, str] = {
-    ("S13", "runtime", 3, "short"): (
-        "the frozen sender's stopwatch starts before its dispatch; after the pause less than "
-        "MIN_SEND_BUDGET (1 s) of its 3 s send budget is left, so it does not write its bytes "
-        "(the effect is left open). At tier 3 the successor cannot look the send up and "
-        "surfaces AMBIGUOUS without resending: $0, blocked_never_sent (the tier-3 availability "
-        "cost), never a duplicate. The prediction assumed the paused sender would still send."
-    ),
-    ("S13", "runtime", 3, "long"): (
-        "the frozen sender's stopwatch starts before its dispatch; after the pause less than "
-        "MIN_SEND_BUDGET (1 s) of its 3 s send budget is left, so it does not write its bytes "
-        "(the effect is left open). At tier 3 the successor cannot look the send up and "
-        "surfaces AMBIGUOUS without resending: $0, blocked_never_sent (the tier-3 availability "
-        "cost), never a duplicate. The prediction assumed the paused sender would still send."
-    ),
-    ("S13", "temporal_idem", None, "long"): (
-        "timing decides it: on SIGCONT the Python SDK cancels the activity whose "
-        "start-to-close expired during the pause (CancelledError in the attempt log), racing "
-        "the frozen attempt's own POST; and the server may have handed a retry attempt to the "
-        "frozen worker's open poll (as in S08a), which runs at once on SIGCONT. So the long "
-        "pause gives one, two or three POSTs ($20-$60) run to run at tiers without dedupe; "
-        "with a lookup (b at tier 2) a late attempt finds the first refund."
-    ),
-    ("S13", "temporal_check", None, "long"): (
-        "timing decides it: on SIGCONT the Python SDK cancels the activity whose "
-        "start-to-close expired during the pause (CancelledError in the attempt log), racing "
-        "the frozen attempt's own POST; and the server may have handed a retry attempt to the "
-        "frozen worker's open poll (as in S08a), which runs at once on SIGCONT. So the long "
-        "pause gives one, two or three POSTs ($20-$60) run to run at tiers without dedupe; "
-        "with a lookup (b at tier 2) a late attempt finds the first refund."
-    ),
+    ("S13", "runtime", 3, "short"): S13_T3_RUNTIME,
+    ("S13", "runtime", 3, "long"): S13_T3_RUNTIME,
+    ("S13", "temporal_idem", None, "long"): S13_LONG_TEMPORAL,
+    ("S13", "temporal_check", None, "long"): S13_LONG_TEMPORAL,
     ("S13", "runtime", 2, "long"): (
         "the spec concedes $40 for a pause past the send deadline (A1), but this pause sits at "
         "effect_after_dispatch, before the sender's last local check: on SIGCONT the sender's "

@@ -322,26 +322,10 @@ class TemporalSystem:
                "--sticky-timeout", str(t["temporal_sticky_timeout"]), "--api", r.api]  # fmt: skip
         if not r.variant.params.get("queryable", True):
             cmd.append("--no-lookup")
-        err = open(r.dir / f"{wid}.stderr", "w")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                                cwd=REPO)  # fmt: skip
+        proc, ready = start_ready_process(cmd, env, r.dir / f"{wid}.stderr", r.stack,
+                                          f"Temporal worker {wid}",
+                                          on_start=self.workers.append)  # fmt: skip
         proc.kill_at = kill_at  # type: ignore[attr-defined]
-
-        def cleanup() -> None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
-            err.close()
-
-        r.stack.callback(cleanup)
-        self.workers.append(proc)
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
-        try:
-            ready = json.loads(lines.get(timeout=90))
-        except (queue.Empty, ValueError):
-            tail = (r.dir / f"{wid}.stderr").read_text(errors="replace")[-2000:]
-            raise RunnerError(f"Temporal worker {wid} never got ready:\n{tail}") from None
         r.note("worker_ready", worker=wid, pid=ready.get("pid"), kill_at=kill_at)
         return proc
 
@@ -441,6 +425,34 @@ class TemporalSystem:
         arts["attempts"] = [a for a in read_attempts(self.attempt_log)
                             if a.get("workflow_id") == self.run.wf_id]  # fmt: skip
         return arts
+
+
+def start_ready_process(cmd: list[str], env: dict, stderr_path: Path, stack: ExitStack,
+                        what: str, on_start: Callable[[Any], Any] | None = None,
+                        timeout: float = 90.0) -> tuple[subprocess.Popen, dict]:  # fmt: skip
+    """Start a worker subprocess that prints one JSON line when it is ready (the Temporal
+    workers); killed when `stack` closes. Returns the process and that line, or raises
+    RunnerError with the tail of its stderr."""
+    err = open(stderr_path, "w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                            cwd=REPO)  # fmt: skip
+
+    def cleanup() -> None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        err.close()
+
+    stack.callback(cleanup)
+    if on_start is not None:
+        on_start(proc)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
+    try:
+        return proc, json.loads(lines.get(timeout=timeout))
+    except (queue.Empty, ValueError):
+        tail = stderr_path.read_text(errors="replace")[-2000:]
+        raise RunnerError(f"{what} never got ready:\n{tail}") from None
 
 
 SYSTEMS: dict[str, Callable[[Run], Any]] = {

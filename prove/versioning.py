@@ -32,13 +32,10 @@ the round's evidence too and must hold.
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import defaultdict
@@ -47,7 +44,7 @@ from typing import Any
 
 from interlock_runtime.testing import wait_for
 from prove.driver import DriverRun, summarize
-from prove.runner import PAID, PAYMENT, REPO, RunnerError, _jsonable
+from prove.runner import PAID, PAYMENT, REPO, RunnerError, _jsonable, start_ready_process
 from prove.target import Target
 from prove.target_client import TargetAdmin
 
@@ -261,24 +258,8 @@ class _TemporalWorkers:
                "--build-id", build_id, "--code", code, "--target-url", rd.target.url,
                "--payment", PAYMENT, "--mode", rd.run.system, "--id", wid,
                "--sticky-timeout", str(rd.run.timing.get("temporal_sticky_timeout", 2.0))]  # fmt: skip
-        err = open(rd.run.dir / f"{wid}.stderr", "w")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                                cwd=REPO)  # fmt: skip
-
-        def cleanup() -> None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
-            err.close()
-
-        rd.stack.callback(cleanup)
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
-        try:
-            ready = json.loads(lines.get(timeout=90))
-        except (queue.Empty, ValueError):
-            tail = (rd.run.dir / f"{wid}.stderr").read_text(errors="replace")[-2000:]
-            raise RunnerError(f"Temporal worker {wid} never got ready:\n{tail}") from None
+        proc, ready = start_ready_process(cmd, env, rd.run.dir / f"{wid}.stderr", rd.stack,
+                                          f"Temporal worker {wid}")  # fmt: skip
         self.procs[wid] = proc
         self.identity[wid] = ready["identity"]
         rd.note("worker_start", worker=wid, pid=proc.pid, code=code,
