@@ -358,14 +358,27 @@ _COUNT = re.compile(r"sent_under_revoked_grant\s*(=|>)\s*(\d+)")
 # -- S11r: the approval racing the wait's commit -------------------------------------------------
 
 
+def _calibrate(dr: DriverRun, b: Any, warmup: Any, anchor: str,
+               name: str) -> tuple[float, list[float]]:  # fmt: skip
+    """Run WARMUPS uncounted iterations; the median delay from `anchor` (the first COLD left
+    out: each worker's first workflow is slow) is where the loop aims its offsets. Returns it
+    and every warm-up's delay."""
+    delays = [d for w in range(WARMUPS) if (d := warmup(b.new_case(w, "w"))) is not None]
+    if not delays:
+        raise RuntimeError(f"no warm-up iteration measured {name}: cannot calibrate")
+    calib = statistics.median(delays[COLD:] or delays)
+    dr.note("calibrated", anchor=anchor, **{name: round(calib, 4)},
+            warmups=[round(d, 4) for d in delays])  # fmt: skip
+    return calib, delays
+
+
 def signal_race(dr: DriverRun) -> dict:
     """S11r: `dr.iterations` approvals, each at a seeded offset in +/-50 ms of the wait's
     commit; correct when the refund lands once, promptly (no lost wakeup)."""
     b = _Bench(dr, stub_delay_ms=STUB_DELAY_MS)
     rng = random.Random(f"{dr.run_id}")
-    delays: list[float] = []
-    for w in range(WARMUPS):
-        c = b.new_case(w, "w")
+
+    def warmup(c: dict) -> float | None:
         facts = b.facts_seen(c["payment"])
         b.start(c)
         anchor = b.anchor_model_call(c)
@@ -374,11 +387,9 @@ def signal_race(dr: DriverRun) -> dict:
         b.result(c, dr.timing["run_timeout"])
         t_wait, _ = _wait_commit(b, c)
         b.target_reads(c["payment"])
-        if t_wait is not None:
-            delays.append(t_wait - anchor)
-    calib = statistics.median(delays[COLD:] or delays)
-    dr.note("calibrated", anchor="model stub arrival", delay_to_wait_commit=round(calib, 4),
-            warmups=[round(d, 4) for d in delays])  # fmt: skip
+        return None if t_wait is None else t_wait - anchor
+
+    calib, delays = _calibrate(dr, b, warmup, "model stub arrival", "delay_to_wait_commit")
 
     iters: list[dict] = []
     gt: list[dict] = []
@@ -524,21 +535,16 @@ def revoke_race(dr: DriverRun) -> dict:
     arrival; counts sends applied after the revoke returned that it did not list."""
     b = _Bench(dr, target_delay_ms=TARGET_DELAY_MS)
     rng = random.Random(f"{dr.run_id}")
-    delays: list[float] = []
-    for w in range(WARMUPS):  # no revoke: approve -> the POST's arrival
-        c = b.new_case(w, "w")
+
+    def warmup(c: dict) -> float | None:  # no revoke: approve -> the POST's arrival
         b.start(c)
         b.wait_waiting(c)
         b.approve(c, b.facts_seen(c["payment"]))
         b.result(c, dr.timing["run_timeout"])
         posts, _ = b.target_reads(c["payment"])
-        if posts:
-            delays.append(posts[0]["arrival"] - c["t_approve"])
-    if not delays:
-        raise RuntimeError("no warm-up iteration sent its refund: cannot calibrate")
-    calib = statistics.median(delays[COLD:] or delays)
-    dr.note("calibrated", anchor="approve returned", delay_to_post_arrival=round(calib, 4),
-            warmups=[round(d, 4) for d in delays])  # fmt: skip
+        return posts[0]["arrival"] - c["t_approve"] if posts else None
+
+    calib, delays = _calibrate(dr, b, warmup, "approve returned", "delay_to_post_arrival")
 
     iters: list[dict] = []
     gt: list[dict] = []
