@@ -26,6 +26,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from prove import report, runner
+from prove.lateness import LatenessMonitor
 from prove.scenario import SYSTEMS, ScenarioError, load_all
 
 
@@ -128,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         # Every service is up: only now may the previous sweep's run files go.
         if not args.resume and out_dir.exists():
             shutil.rmtree(out_dir)
+        monitor = stack.enter_context(LatenessMonitor())
         services = runner.Services(admin_dsn=admin, template=template, temporal=temporal,
                                    runs_dir=out_dir, versions=runner.versions(admin),
-                                   crash_plans=args.crash_plans, size=size)  # fmt: skip
+                                   crash_plans=args.crash_plans, size=size,
+                                   lateness=monitor)  # fmt: skip
         print(f"prove: {len(runs)} runs ({size} sweep) over {len(scns)} scenario(s), "
               f"{args.jobs} at a time", flush=True)  # fmt: skip
         results = runner.sweep(services, runs, out_dir, jobs=args.jobs, resume=args.resume,

@@ -36,6 +36,7 @@ from typing import Any
 
 import psycopg
 
+from prove import lateness
 from prove.model_stub import ModelStub
 from prove.scenario import FAMILY, Scenario, Variant
 from prove.target import Target
@@ -76,6 +77,10 @@ class Services:
     # "external" for every run that has a crash plan (tests use "instrumented")
     crash_plans: str = "seeded"
     size: str = "quick"  # the sweep size: a loop scenario's iterations per run
+    # the sweep's scheduling-lateness monitor (prove/lateness.py); None: not judged
+    lateness: Any = None
+    # the fork server that starts worker subprocesses (prove/zygote.py); None: plain exec
+    zygote: Any = None
 
 
 def versions(admin_dsn: str) -> dict:
@@ -868,6 +873,11 @@ class Run:
             error = (f"Postgres restarted during the run by something outside it (postmaster "
                      f"start {pg_started} -> {pg_now}); not a measurement")  # fmt: skip
             self.note("error", error=error)
+        late = harness_lateness(self.services, self.t0)
+        late_error = lateness.verdict(late, t.get("max_harness_lateness", lateness.DEFAULT_BOUND))
+        if late_error and error is None:
+            error = late_error
+            self.note("error", error=error)
         outcome = evaluate(self.scn, self.variant, self.system, self.tier, ledger, access,
                            self.world, self.approved_amount, self.sys.status_of(self.result)
                            if hasattr(self, "sys") else None, error,
@@ -920,6 +930,7 @@ class Run:
                 if getattr(self, "t_ready", None)
                 else None,
                 "timers": timer_lateness(artifacts),
+                "harness_lateness": late,
             },  # fmt: skip
             "error": error,
         }
@@ -999,6 +1010,13 @@ class PrivatePostgres:
             self._pg("stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def harness_lateness(services: Services, t0: float, t1: float | None = None) -> dict:
+    """The sweep monitor's lateness between t0 and t1 (prove/lateness.py); no samples when
+    the run is outside a sweep."""
+    mon = services.lateness
+    return mon.window(t0, t1) if mon is not None else {"samples": 0, "max": None, "p99": None}
 
 
 def _ts(text: str) -> float:
@@ -1110,7 +1128,7 @@ def evaluate(scn: Scenario, variant: Variant, system: str, tier: int, ledger: li
 def run_driver(services: Services, scn: Scenario, variant: Variant, system: str, tier: int,
                seed: int, out_dir: Path) -> dict:  # fmt: skip
     """One run of a loop scenario (prove/driver.py): the driver plays its iterations."""
-    from prove import driver
+    from prove import lateness, driver
 
     run_id = run_name(scn.id, variant.name, system, tier, seed)
     run_dir = out_dir / run_id

@@ -46,6 +46,9 @@ DEFAULT_TIMING: dict[str, float] = {
     "run_timeout": 120.0,  # give up waiting for a result after this long (the run is recorded)
     # seeded external SIGKILL: uniform in [0, this) s after the approval (prove.runner.crash_plan)
     "external_kill_window": 2.0,
+    # a run during which the harness's own timers fired later than this is a harness error,
+    # not a verdict (prove/lateness.py); the race loops tighten it to their offsets' scale
+    "max_harness_lateness": 0.25,
 }
 
 # Timeline actions: name -> (kind, allowed argument names). Kinds: drive (the case itself),
