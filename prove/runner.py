@@ -1128,7 +1128,7 @@ def evaluate(scn: Scenario, variant: Variant, system: str, tier: int, ledger: li
 def run_driver(services: Services, scn: Scenario, variant: Variant, system: str, tier: int,
                seed: int, out_dir: Path) -> dict:  # fmt: skip
     """One run of a loop scenario (prove/driver.py): the driver plays its iterations."""
-    from prove import lateness, driver
+    from prove import driver
 
     run_id = run_name(scn.id, variant.name, system, tier, seed)
     run_dir = out_dir / run_id
