@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         services = runner.Services(admin_dsn=admin, template=template, temporal=temporal,
                                    runs_dir=out_dir, versions=runner.versions(admin),
                                    crash_plans=args.crash_plans, size=size,
-                                   lateness=monitor)  # fmt: skip
+                                   lateness=monitor, resume=args.resume)  # fmt: skip
         print(f"prove: {len(runs)} runs ({size} sweep) over {len(scns)} scenario(s), "
               f"{args.jobs} at a time", flush=True)  # fmt: skip
         results = runner.sweep(services, runs, out_dir, jobs=args.jobs, resume=args.resume,

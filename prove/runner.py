@@ -81,6 +81,8 @@ class Services:
     lateness: Any = None
     # the fork server that starts worker subprocesses (prove/zygote.py); None: plain exec
     zygote: Any = None
+    # --resume: reuse finished run files and, inside a loop run, its finished iterations
+    resume: bool = False
 
 
 def versions(admin_dsn: str) -> dict:
