@@ -4,7 +4,7 @@
                     [--systems runtime,temporal_idem,temporal_check] [--tiers 1,2,3]
                     [--jobs 2] [--resume] [--no-report] [--no-stripe]
                     [--crash-plans seeded|instrumented|external]
-                    [--scenario-dir DIR] [--runs-dir DIR] [--temporal-port N]
+                    [--scenario-dir DIR] [--runs-dir DIR] [--temporal-port N] [--no-zygote]
 
 With no flags this is the quick sweep (each scenario's `seeds.quick` per cell, plus the Stripe
 table: S01-S03 at tier 1 through the Stripe-compatible subset, EMULATED). `--full` uses the
@@ -28,6 +28,7 @@ from pathlib import Path
 from prove import report, runner
 from prove.lateness import LatenessMonitor
 from prove.scenario import SYSTEMS, ScenarioError, load_all
+from prove.zygote import Zygote
 
 
 def _csv(text: str | None) -> list[str] | None:
@@ -59,6 +60,12 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--scenario-dir", default=None, help="read scenarios here (default scenarios/)")
     ap.add_argument("--runs-dir", default=None, help="write run files here (.data/prove/runs)")
+    ap.add_argument(
+        "--no-zygote",
+        action="store_true",
+        help="start every worker as a fresh interpreter instead of forking it from the "
+        "sweep's fork server (prove/zygote.py); slower, same processes",
+    )
     ap.add_argument(
         "--temporal-port",
         type=int,
@@ -129,11 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         # Every service is up: only now may the previous sweep's run files go.
         if not args.resume and out_dir.exists():
             shutil.rmtree(out_dir)
+        zygote = None
+        if not args.no_zygote:
+            try:
+                zygote = stack.enter_context(Zygote(cwd=runner.REPO, env=runner.child_env()))
+            except Exception as e:  # noqa: BLE001
+                print(f"prove: cannot start the worker fork server: {e}", file=sys.stderr)
+                return 2
         monitor = stack.enter_context(LatenessMonitor())
         services = runner.Services(admin_dsn=admin, template=template, temporal=temporal,
                                    runs_dir=out_dir, versions=runner.versions(admin),
                                    crash_plans=args.crash_plans, size=size,
-                                   lateness=monitor, resume=args.resume)  # fmt: skip
+                                   lateness=monitor, resume=args.resume,
+                                   zygote=zygote)  # fmt: skip
         print(f"prove: {len(runs)} runs ({size} sweep) over {len(scns)} scenario(s), "
               f"{args.jobs} at a time", flush=True)  # fmt: skip
         results = runner.sweep(services, runs, out_dir, jobs=args.jobs, resume=args.resume,

@@ -61,6 +61,15 @@ from typing import Any
 import psycopg
 
 from prove import bench_plots
+from prove.bench_proc import (
+    POLLER_APP,
+    RERUN_LIMIT,
+    EngineCpu,
+    machine_delta,
+    machine_state,
+    per_1000,
+    rerun_candidates,
+)
 from prove.scrub import scrub
 
 SYSTEMS = ("runtime", "dbos", "absurd", "temporal")
@@ -258,6 +267,15 @@ class Driver:
 
     def wait_all(self, handles: list[Any]) -> int: ...
 
+    def engine_pids(self) -> list[int]:
+        """The engine's own processes (their descendants and the database's backends are
+        added by EngineCpu)."""
+        return [self.worker.pid]
+
+    def poll_connect(self) -> psycopg.Connection:
+        """The harness's status poller, tagged so its backend is not counted as the engine."""
+        return psycopg.connect(self.dsn, autocommit=True, application_name=POLLER_APP)
+
     # Runtime and Absurd keep their state in Postgres: both wait by polling it.
     def poll_until_done(self, q: str, handle: Any, failed: tuple[str, ...], what: str) -> None:
         while True:
@@ -289,11 +307,14 @@ class Driver:
                 lat.append((time.perf_counter() - t0) * 1000.0)
             self.out["seq_ms"] = lat
             before = counters(self.admin) if self.dbname else None
+            cpu = EngineCpu(self.engine_pids(), self.admin, self.dbname or None).start()
             t0 = time.perf_counter()
             handles = self.start_many(list(range(100_000, 100_000 + self.args.tput)))
             t_started = time.perf_counter()
             done = self.wait_all(handles)
             t1 = time.perf_counter()
+            self.out["engine_cpu"] = cpu.stop()
+            self.out["engine_cpu_per_1k"] = per_1000(self.out["engine_cpu"], done)
             after_now = counters(self.admin) if self.dbname else None
             self.out["tput"] = {"n": self.args.tput, "completed": done, "seconds": t1 - t0,
                                 "start_seconds": t_started - t0,
@@ -321,7 +342,7 @@ class RuntimeDriver(Driver):
                                     concurrency=self.args.concurrency, cwd=str(ROOT))  # fmt: skip
         self.worker.wait_event("registered", timeout=60)
         self.rt = Runtime(self.dsn)
-        self.poll = psycopg.connect(self.dsn, autocommit=True)
+        self.poll = self.poll_connect()
         self.tag = uuid.uuid4().hex[:6]
 
     def start_one(self, i: int, rt: Any = None) -> str:
@@ -386,6 +407,9 @@ class DbosDriver(Driver):
     def start_one(self, i: int) -> Any:
         return self.DBOS.start_workflow(self.wf, STEP_MS)
 
+    def engine_pids(self) -> list[int]:
+        return [os.getpid()]  # DBOS runs the workflows in the process that starts them
+
     def wait_one(self, handle: Any) -> None:
         handle.get_result()
 
@@ -415,7 +439,7 @@ class AbsurdDriver(Driver):
         line = self.worker.stdout.readline()
         if "ready" not in line:
             raise RuntimeError(f"absurd worker did not start: {line!r}")
-        self.poll = psycopg.connect(self.dsn, autocommit=True)
+        self.poll = self.poll_connect()
 
     def start_one(self, i: int, app: Any = None) -> str:
         spawned = (app or self.app).spawn("one_step", {"ms": STEP_MS}, queue=self.queue)
@@ -516,6 +540,9 @@ class TemporalDriver(Driver):
 
     def start_one(self, i: int) -> Any:
         return self.loop.run_until_complete(self._start(i))
+
+    def engine_pids(self) -> list[int]:
+        return [self.worker.pid] + ([self.args.temporal_pid] if self.args.temporal_pid else [])
 
     def wait_one(self, handle: Any) -> None:
         self.loop.run_until_complete(handle.result())
@@ -644,6 +671,7 @@ def drive(argv: list[str]) -> int:
     ap.add_argument("--dsn", default="")
     ap.add_argument("--dbname", default="")
     ap.add_argument("--temporal", default="")
+    ap.add_argument("--temporal-pid", type=int, default=0)
     ap.add_argument("--seq", type=int, default=200)
     ap.add_argument("--tput", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=5)
@@ -660,8 +688,10 @@ def drive(argv: list[str]) -> int:
 # -- orchestration ---------------------------------------------------------------------------
 
 
-def run_driver(system: str, admin: str, cfg: dict, temporal: str, template: str | None) -> dict:
-    """One system, one repetition, in a fresh database and a subprocess of its own."""
+def run_driver(system: str, admin: str, cfg: dict, temporal: str, template: str | None,
+               temporal_pid: int = 0) -> dict:  # fmt: skip
+    """One system, one repetition, in a fresh database and a subprocess of its own; records the
+    machine's load average and CPU steal over the repetition."""
     with ExitStack() as stack:
         dsn = dbname = ""
         if system != "temporal":
@@ -670,20 +700,60 @@ def run_driver(system: str, admin: str, cfg: dict, temporal: str, template: str 
         out = Path(tempfile.mkstemp(prefix=f"bench-{system}-", suffix=".json")[1])
         cmd = [sys.executable, "-m", "prove.bench", "drive", system, "--admin", admin,
                "--dsn", dsn, "--dbname", dbname, "--temporal", temporal,
-               "--seq", str(cfg["seq"]), "--tput", str(cfg["tput"]),
+               "--temporal-pid", str(temporal_pid), "--seq", str(cfg["seq"]), "--tput", str(cfg["tput"]),
                "--warmup", str(cfg["warmup"]), "--concurrency", str(cfg["concurrency"]),
                "--out", str(out)]  # fmt: skip
-        t0 = time.perf_counter()
+        t0, m0 = time.perf_counter(), machine_state()
         r = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True,
                            timeout=cfg["driver_timeout"])  # fmt: skip
-        wall = time.perf_counter() - t0
+        wall, machine = time.perf_counter() - t0, machine_delta(m0, machine_state())
         if r.returncode != 0 or not out.read_text().strip():
             return {"system": system, "error": f"exit {r.returncode}: {r.stderr[-2000:]}",
-                    "completed": 0, "wall_s": wall}  # fmt: skip
+                    "completed": 0, "wall_s": wall, "machine": machine}  # fmt: skip
         data = json.loads(out.read_text())
         out.unlink()
-        data["wall_s"] = wall
+        data["wall_s"], data["machine"] = wall, machine
         return data
+
+
+def spread_rel(values: list[float]) -> dict:
+    """spread() plus the relative spread (max - min) / median: how far repetitions disagree."""
+    s = spread(values)
+    s["rel_spread"] = (s["max"] - s["min"]) / s["median"] if s["median"] else None
+    return s
+
+
+def apply_rerun_rule(rows: list[dict], value_of: Any, rerun: Any, what: str) -> tuple[list, list]:
+    """The re-run rule: after the planned repetitions, each one more than RERUN_LIMIT from the
+    median of the OTHER planned repetitions (value_of: throughput) is re-run once (rerun(i)).
+    The re-run replaces it in the summaries; the flag keeps the original and says why."""
+    values = [None if "error" in r else value_of(r) for r in rows]
+    out, flags = list(rows), []
+    for c in rerun_candidates(values):
+        i = c["index"]
+        reason = (f"{what} repetition {i + 1}: {c['value']:.1f} wf/s is {100 * c['deviation']:.0f}% "
+                  f"from the median of the other repetitions ({c['median_of_others']:.1f}); "
+                  f"limit {100 * RERUN_LIMIT:.0f}%")  # fmt: skip
+        new = rerun(i)
+        new["rerun"] = {"of_rep": i, "reason": reason}
+        nv = None if "error" in new else value_of(new)
+        m = c["median_of_others"]
+        flags.append({"what": what, "rep": i, "reason": reason, "original_value": c["value"],
+                      "median_of_others": m, "deviation": c["deviation"], "rerun_value": nv,
+                      "rerun_deviation": None if nv is None else abs(nv - m) / m,
+                      "replaced": "original by its re-run", "original": rows[i]})  # fmt: skip
+        out[i] = new
+    return out, flags
+
+
+def rep_row(r: dict) -> dict:
+    """One shape-1 repetition as the report shows it."""
+    if "error" in r:
+        return {"error": r["error"][-300:], "machine": r.get("machine")}
+    return {"wf_per_s": r["tput"]["wf_per_s"], "p50_ms": pct(r["seq_ms"], 50),
+            "p99_ms": pct(r["seq_ms"], 99), "machine": r.get("machine"),
+            "engine_cpu_per_1k": r.get("engine_cpu_per_1k"),
+            "rerun": r.get("rerun")}  # fmt: skip
 
 
 def summarize(system: str, reps: list[dict]) -> dict:
@@ -691,9 +761,12 @@ def summarize(system: str, reps: list[dict]) -> dict:
     p50 = [pct(r["seq_ms"], 50) for r in ok]
     p99 = [pct(r["seq_ms"], 99) for r in ok]
     tput = [r["tput"]["wf_per_s"] for r in ok]
+    cpu = [r["engine_cpu_per_1k"]["engine"] for r in ok if r.get("engine_cpu_per_1k")]
     s = {"system": system, "reps": len(reps), "ok": len(ok),
          "errors": [r["error"] for r in reps if "error" in r],
-         "seq_p50_ms": spread(p50), "seq_p99_ms": spread(p99), "tput_wf_s": spread(tput),
+         "seq_p50_ms": spread_rel(p50), "seq_p99_ms": spread_rel(p99),
+         "tput_wf_s": spread_rel(tput), "engine_cpu_s_per_1k": spread_rel(cpu),
+         "per_rep": [rep_row(r) for r in reps],
          "completed": sum(r.get("completed", 0) for r in reps)}  # fmt: skip
     costs = [r["cost"] for r in ok if "cost" in r]
     if costs:

@@ -147,7 +147,8 @@ class RuntimeSystem:
             dsn = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1",
                                                  port=str(self.run.proxy_for(self.pg_address())))  # fmt: skip
         w = WorkerProcess(dsn, wid, self.run.dir, self.module, pythonpath=str(REPO),
-                          lease_ttl=t["lease_ttl"], poll=t["poll"], env=env, cwd=str(REPO))  # fmt: skip
+                          lease_ttl=t["lease_ttl"], poll=t["poll"], env=env, cwd=str(REPO),
+                          popen=spawner(self.run.services))  # fmt: skip
         w.kill_at = kill_at
         self.run.stack.callback(w.close)
         self.workers.append(w)
@@ -319,8 +320,7 @@ class TemporalSystem:
         if via_proxy:  # this worker reaches the Temporal server through the run's fault proxy
             host, port = self.address.rsplit(":", 1)
             address = f"127.0.0.1:{r.proxy_for((host, int(port)))}"
-        env = dict(os.environ, ILR_KILL_AT=kill_at or "", ILR_STOP_AT=stop_at or "")
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env = dict(child_env(), ILR_KILL_AT=kill_at or "", ILR_STOP_AT=stop_at or "")
         cmd = [sys.executable, "-m", "baselines.worker", "--address", address,
                "--task-queue", self.task_queue, "--mode", self.mode, "--target-url", r.target.url,
                "--payment", PAYMENT, "--tier", str(r.tier), "--model-url", r.stub.url,
@@ -330,8 +330,8 @@ class TemporalSystem:
         if not r.variant.params.get("queryable", True):
             cmd.append("--no-lookup")
         proc, ready = start_ready_process(cmd, env, r.dir / f"{wid}.stderr", r.stack,
-                                          f"Temporal worker {wid}",
-                                          on_start=self.workers.append)  # fmt: skip
+                                          f"Temporal worker {wid}", on_start=self.workers.append,
+                                          popen=spawner(r.services))  # fmt: skip
         proc.kill_at = kill_at  # type: ignore[attr-defined]
         r.note("worker_ready", worker=wid, pid=ready.get("pid"), kill_at=kill_at)
         return proc
@@ -434,15 +434,28 @@ class TemporalSystem:
         return arts
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a harness subprocess: ours, with the repository importable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def spawner(services: Services) -> Callable[..., Any]:
+    """How worker subprocesses start: forked by the sweep's zygote (prove/zygote.py: real
+    processes without a fresh interpreter each), or plain subprocess.Popen."""
+    return services.zygote.popen if services.zygote is not None else subprocess.Popen
+
+
 def start_ready_process(cmd: list[str], env: dict, stderr_path: Path, stack: ExitStack,
                         what: str, on_start: Callable[[Any], Any] | None = None,
-                        timeout: float = 90.0) -> tuple[subprocess.Popen, dict]:  # fmt: skip
+                        timeout: float = 90.0,
+                        popen: Callable[..., Any] = subprocess.Popen) -> tuple[Any, dict]:  # fmt: skip
     """Start a worker subprocess that prints one JSON line when it is ready (the Temporal
     workers); killed when `stack` closes. Returns the process and that line, or raises
-    RunnerError with the tail of its stderr."""
+    RunnerError with the tail of its stderr. `popen`: see spawner()."""
     err = open(stderr_path, "w")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                            cwd=REPO)  # fmt: skip
+    proc = popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=REPO)
 
     def cleanup() -> None:
         if proc.poll() is None:
@@ -553,7 +566,7 @@ class Run:
         for w in self.sys.workers:
             if armed_only and not getattr(w, "armed", False):
                 continue
-            out.append(w if isinstance(w, subprocess.Popen) else w.proc)
+            out.append(getattr(w, "proc", w))
         return out
 
     # -- actions (the scenario's timeline) --
@@ -618,11 +631,11 @@ class Run:
         # a crash already reported (an earlier wait_crash) is not this one
         seen = {e["pid"] for e in self.log if e["what"] == "crashed"}
         armed = [w for w in self.sys.workers if getattr(w, "kill_at", None)
-                 and (w if isinstance(w, subprocess.Popen) else w.proc).pid not in seen]  # fmt: skip
+                 and getattr(w, "proc", w).pid not in seen]  # fmt: skip
         deadline = time.monotonic() + self.timing["run_timeout"]
         while time.monotonic() < deadline:
             for w in armed:
-                proc = w if isinstance(w, subprocess.Popen) else w.proc
+                proc = getattr(w, "proc", w)
                 rc = proc.poll()
                 if rc is not None:
                     self.note("crashed", pid=proc.pid, returncode=rc, kill_at=w.kill_at,
@@ -715,7 +728,7 @@ class Run:
         deadline = time.monotonic() + self.timing["run_timeout"]
         while time.monotonic() < deadline:
             for w in armed:
-                proc = w if isinstance(w, subprocess.Popen) else w.proc
+                proc = getattr(w, "proc", w)
                 if _proc_state(proc.pid) == "T":
                     self.t_stopped = time.time()
                     self.note("stopped", pid=proc.pid, stop_at=w.stop_at)

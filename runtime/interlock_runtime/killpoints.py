@@ -46,6 +46,16 @@ _hits: Counter[str] = Counter()
 _lock = threading.Lock()
 
 
+def configure_from_env() -> None:
+    """Read ILR_KILL_AT / ILR_STOP_AT again and forget the hits so far: for a process that
+    was forked after this module was imported (a fork server), with an environment of its own."""
+    global _kill, _stop
+    with _lock:
+        _kill = _parse(os.environ.get("ILR_KILL_AT", ""))
+        _stop = _parse(os.environ.get("ILR_STOP_AT", ""))
+        _hits.clear()
+
+
 def _due(plan: dict[str, int], point: str, count: int) -> bool:
     return plan.get(point) == count
 

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -90,7 +91,10 @@ class WorkerProcess:
     def __init__(self, dsn: str, worker_id: str, log_dir: Path, module: str,
                  pythonpath: str = "", lease_ttl: float = 3.0, poll: float = 0.2,
                  concurrency: int = 2, extra_args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None, cwd: str | None = None):  # fmt: skip
+                 env: dict[str, str] | None = None, cwd: str | None = None,
+                 popen: Callable[..., Any] = subprocess.Popen):  # fmt: skip
+        """`popen` starts the process (subprocess.Popen's keywords stdout, stderr, env, cwd):
+        a harness may pass a fork server's, which skips the interpreter start."""
         self.worker_id = worker_id
         self.events_path = log_dir / f"{worker_id}.events.jsonl"
         cmd = [sys.executable, "-m", "interlock_runtime.worker", "--dsn", dsn, "--module", module,
@@ -99,8 +103,8 @@ class WorkerProcess:
         path = os.pathsep.join(p for p in (pythonpath, os.environ.get("PYTHONPATH", "")) if p)
         full_env = dict(os.environ, PYTHONPATH=path, **(env or {}))
         self._stderr = open(self.events_path, "w")
-        self.proc = subprocess.Popen(cmd, stderr=self._stderr, stdout=subprocess.DEVNULL,
-                                     env=full_env, cwd=cwd)  # fmt: skip
+        self.proc = popen(cmd, stderr=self._stderr, stdout=subprocess.DEVNULL, env=full_env,
+                          cwd=cwd)  # fmt: skip
 
     @property
     def pid(self) -> int:
