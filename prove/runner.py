@@ -1147,13 +1147,18 @@ def run_driver(services: Services, scn: Scenario, variant: Variant, system: str,
 
     run_id = run_name(scn.id, variant.name, system, tier, seed)
     run_dir = out_dir / run_id
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
+    resume = bool(getattr(services, "resume", False))
+    if resume and run_dir.exists():
+        # the finished iterations' checkpoint stays; the driver plays only the others
+        driver.set_aside(run_dir)
+    else:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True)
     n = int(variant.params.get("iterations") or scn.iterations.get(services.size) or 1)
     dr = driver.DriverRun(services=services, scn=scn, variant=variant, system=system, tier=tier,
                           seed=seed, iterations=n, run_id=run_id, dir=run_dir,
-                          stack=ExitStack(), timing=variant.timing)  # fmt: skip
+                          stack=ExitStack(), timing=variant.timing, resume=resume)  # fmt: skip
     error, body = None, {}
     pg_started = postgres_started(services.admin_dsn)
     with dr.stack:
@@ -1187,6 +1192,7 @@ def run_driver(services: Services, scn: Scenario, variant: Variant, system: str,
         "outcome": outcome,
         "artifacts": body.get("artifacts") or {},
         "timings": {"started_at": round(dr.t0, 3), "wall": round(time.time() - dr.t0, 3),
+                    "resumed_iterations": dr.resumed,  # wall covers only this attempt's part
                     **(body.get("timings") or {})},
         "error": error,
     }  # fmt: skip
@@ -1269,6 +1275,7 @@ def _sweep_once(services: Services, runs: list[tuple], out_dir: Path, jobs: int,
             results.append(done_before)
         else:
             todo.append(_item(item))
+    todo.sort(key=expected_cost, reverse=True)  # longest first: the jobs finish together
     t0, done, bad = time.time(), 0, 0
     total = len(todo)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -1295,6 +1302,21 @@ def _sweep_once(services: Services, runs: list[tuple], out_dir: Path, jobs: int,
                      f"{' (error: ' + str(rec.get('error')) + ')' if rec.get('error') else ''}"
                      f" | incorrect so far {bad} | {el:.0f}s elapsed, ~{eta:.0f}s left")  # fmt: skip
     return results
+
+
+def expected_cost(item: tuple) -> float:
+    """A rough wall time of one planned run, only to order the queue (longest first): a loop
+    run plays many iterations; a private server or a long pause costs extra seconds."""
+    scn, variant = item[0], item[1]
+    if scn.driver:
+        return 20.0 * float(variant.params.get("iterations") or scn.iterations.get("quick") or 1)
+    cost = 10.0 + (20.0 if scn.servers == "private" else 0.0)
+    for item in scn.timeline:
+        for name, args in item.items():
+            cost += 10.0 if name == "wait_stopped" else 0.0
+            if name == "sleep" and isinstance(args, dict):
+                cost += float(args.get("seconds") or 0)
+    return cost
 
 
 def _item(item: tuple) -> tuple:
