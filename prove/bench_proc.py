@@ -33,16 +33,13 @@ def _stat_fields(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def proc_ticks(pid: int, children: bool = False) -> int | None:
-    """utime+stime of pid in clock ticks (with cutime+cstime, its reaped children, if asked);
-    None once the process is gone."""
+def proc_ticks(pid: int) -> int | None:
+    """utime+stime of pid in clock ticks; None once the process is gone."""
     try:
         f = _stat_fields(pid)
     except (OSError, IndexError):
         return None
-    # After the ')': state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
-    own = int(f[11]) + int(f[12])
-    return own + (int(f[13]) + int(f[14]) if children else 0)
+    return int(f[11]) + int(f[12])  # after the ')': state(0) ppid(1) ... utime(11) stime(12)
 
 
 def proc_start_ticks(pid: int) -> int | None:
@@ -70,13 +67,15 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def loadavg1() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
+def loadavg1(text: str | None = None) -> float:
+    """The 1-minute load average (text: /proc/loadavg's content, read when not given)."""
+    return float((text or Path("/proc/loadavg").read_text()).split()[0])
 
 
-def cpu_jiffies() -> dict[str, int]:
-    """The aggregate `cpu` line of /proc/stat: total jiffies and the steal column."""
-    line = Path("/proc/stat").read_text().splitlines()[0].split()
+def cpu_jiffies(text: str | None = None) -> dict[str, int]:
+    """The aggregate `cpu` line of /proc/stat (text: its content, read when not given): total
+    jiffies and the steal column."""
+    line = (text or Path("/proc/stat").read_text()).splitlines()[0].split()
     assert line[0] == "cpu", line
     vals = [int(x) for x in line[1:]]
     # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is already
@@ -115,8 +114,10 @@ def rerun_candidates(values: list[float | None], limit: float = RERUN_LIMIT) -> 
 class EngineCpu:
     """CPU seconds of an engine's own processes between start() and stop().
 
-    roots: pids of the engine's processes; their live descendants are added at start and stop,
-    and a root's reaped children count through its cutime/cstime. dbname: the database whose
+    roots: pids of the engine's processes; their live descendants are found at start and stop
+    and re-read by the sampler like backends (not through a root's cutime/cstime, which would
+    count a child reaped inside the window whole, its CPU before the window included; a child
+    born and gone between two scans is missed: the engines here keep theirs). dbname: the database whose
     backends serve the engine (pg_stat_activity, read over the admin connection, which lives in
     another database and so is not counted); a backend whose application_name is POLLER_APP is
     the harness's result poller and is reported apart."""
@@ -143,20 +144,20 @@ class EngineCpu:
         ).fetchall()
         return [(pid, "poller" if app == POLLER_APP else "backends") for pid, app in rows]
 
-    def _procs(self, scan: bool) -> list[tuple[int, str, bool]]:
-        out = [(r, "processes", True) for r in self.roots]
+    def _procs(self, scan: bool) -> list[tuple[int, str]]:
+        out = [(r, "processes") for r in self.roots]
         if scan:  # a /proc scan costs ~10 ms: only at the window's edges
-            out += [(d, "processes", False) for r in self.roots for d in descendants(r)]
+            out += [(d, "processes") for r in self.roots for d in descendants(r)]
         else:
             with self.lock:
-                out += [(k[0], "processes", False) for k, v in self.seen.items()
+                out += [(k[0], "processes") for k, v in self.seen.items()
                         if v[0] == "processes" and k[0] not in self.roots]  # fmt: skip
-        return out + [(pid, g, False) for pid, g in self._backends()]
+        return out + self._backends()
 
     def _sample(self, scan: bool, first: bool) -> None:
-        for pid, group, children in self._procs(scan):
+        for pid, group in self._procs(scan):
             start = proc_start_ticks(pid)
-            ticks = proc_ticks(pid, children)
+            ticks = proc_ticks(pid)
             if start is None or ticks is None:
                 continue
             with self.lock:
@@ -180,9 +181,8 @@ class EngineCpu:
             self.conn = psycopg.connect(self.admin, autocommit=True)
         self._sample(scan=True, first=True)
         self.t0 = time.perf_counter()
-        if self.conn:  # only backends come and go within a window
-            self.thread = threading.Thread(target=self._loop, daemon=True)
-            self.thread.start()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
         return self
 
     def stop(self) -> dict:
