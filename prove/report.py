@@ -20,7 +20,8 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from prove.scenario import SYSTEMS, Scenario
+from prove import claims
+from prove.scenario import DEFAULT_TIMING, SYSTEMS, Scenario
 from prove.scrub import scrub
 
 REPO = Path(__file__).resolve().parents[1]
@@ -374,6 +375,12 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         b = idx.get((sid, variant, "temporal_check", tier))
         table.append({"scenario": sid, "tier": tier, "variant": variant,
                       "verdict_vs_a": verdict(rt, a), "verdict_vs_b": verdict(rt, b)})  # fmt: skip
+    verdicts = {(r["scenario"], r["variant"], r["tier"], base): r[key] for r in table
+                for base, key in (("temporal_idem", "verdict_vs_a"),
+                                  ("temporal_check", "verdict_vs_b"))}  # fmt: skip
+    claim_results = [claims.judge(c, idx, verdicts) for c in claims.CLAIMS]
+    share = claims.decisive_share(table, idx)
+    lateness = lateness_summary(results)
     mismatches = [c for c in cells if c["prediction_checked"]
                   and c["prediction_held"] < c["prediction_checked"]]  # fmt: skip
     seeds = sorted({r["identity"]["seed"] for r in results})
@@ -432,7 +439,11 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "tlc_found": bool(tlc), "tlc_rows": tlc_rows(scns, cells, tlc),
         "bodies": [(LABEL[m], activity_source(m).rstrip())
                    for m in ("temporal_idem", "temporal_check")],
-        "concessions": CONCESSIONS,
+        "concessions": CONCESSIONS, "claims": claim_results, "share": share,
+        "lateness": lateness, "timing_rows": timing_rows(scns),
+        "default_timing": ", ".join(f"{k} {v:g}" for k, v in DEFAULT_TIMING.items()),
+        "sizes": sorted({(s.id, s.seeds.get(size), (s.iterations or {}).get(size))
+                         for s in scns}),
     }  # fmt: skip
     text = render("runtime_prove.md.j2", context)
     md_path, js_path = out_dir / "runtime_prove.md", out_dir / "runtime_prove.json"
@@ -444,13 +455,37 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "concessions": dict(CONCESSIONS), "systems": list(SYSTEMS),
         "scenarios": [{"id": s.id, "title": s.title, "invariants": list(s.invariants),
                        "predicted": list(s.predicted)} for s in scns],
-        "cells": cells, "rows": table,
+        "cells": cells, "rows": table, "claims": claim_results, "decisive": share,
+        "harness_lateness": lateness,
         "harness_errors": [{"run_id": r["identity"]["run_id"], "error": r["error"]} for r in errors],
         "mismatches": [{k: c[k] for k in ("scenario", "variant", "system", "tier", "api",
                                           "expected", "observed")} for c in mismatches],
         "activity_bodies": {m: activity_source(m) for m in ("temporal_idem", "temporal_check")},
     }, indent=1, sort_keys=True, default=str)))  # fmt: skip
     return md_path, js_path
+
+
+def lateness_summary(results: list[dict]) -> dict:
+    """The harness's own scheduling lateness over the sweep (prove/lateness.py): the worst
+    per run, as a distribution, over the runs that were measured."""
+    worst = [late["max"] for r in results
+             if (late := (r.get("timings") or {}).get("harness_lateness"))
+             and late.get("max") is not None]  # fmt: skip
+    too_late = [r["identity"]["run_id"] for r in results
+                if "harness too late" in str(r.get("error") or "")]  # fmt: skip
+    return {"runs": len(worst), "p50": percentile(worst, 50), "p99": percentile(worst, 99),
+            "max": max(worst) if worst else None, "too_late": too_late}  # fmt: skip
+
+
+def timing_rows(scns: list[Scenario]) -> list[list[str]]:
+    """Each scenario's timing constants that differ from the defaults (variants included)."""
+    rows = []
+    for s in scns:
+        for v in s.variants:
+            diff = {k: x for k, x in v.timing.items() if DEFAULT_TIMING.get(k) != x}
+            name = s.id + ("" if v.name == "base" else f" {v.name}")
+            rows.append([name, ", ".join(f"{k} {x:g}" for k, x in sorted(diff.items())) or "-"])
+    return rows
 
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -1294,12 +1294,15 @@ def _sweep_once(services: Services, runs: list[tuple], out_dir: Path, jobs: int,
             results.append(rec)
             done += 1
             oc = rec["outcome"]
-            bad += 0 if oc.get("correct") else 1
             el = time.time() - t0
             eta = el / done * (total - done)
+            if rec.get("error"):  # neither correct nor incorrect: not a measurement
+                word = f"HARNESS ERROR ({rec['error']})"
+            else:
+                bad += 0 if oc.get("correct") else 1
+                word = "ok" if oc.get("correct") else "INCORRECT"
             progress(f"[{done}/{total}] {rec['identity']['run_id']}: "
-                     f"{oc.get('observed', '?')} {'ok' if oc.get('correct') else 'INCORRECT'}"
-                     f"{' (error: ' + str(rec.get('error')) + ')' if rec.get('error') else ''}"
+                     f"{oc.get('observed', '?')} {word}"
                      f" | incorrect so far {bad} | {el:.0f}s elapsed, ~{eta:.0f}s left")  # fmt: skip
     return results
 

@@ -9,6 +9,7 @@ own pool).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 
@@ -16,8 +17,10 @@ import pytest
 
 from interlock_runtime.testing import admin_dsn, template_database
 from prove import report, runner
+from prove.lateness import LatenessMonitor
 from prove.scenario import load_all
 from prove.temporal_server import TemporalDevServer
+from prove.zygote import Zygote
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +29,13 @@ def services(tmp_path_factory):
     with template_database(admin) as tpl:
         server = TemporalDevServer(tmp_path_factory.mktemp("temporal") / "temporal.db").start()
         try:
-            # the smoke cells check the instrumented kill point; the external plan has its test
-            yield runner.Services(admin, tpl, server, versions=runner.versions(admin),
-                                  crash_plans="instrumented")  # fmt: skip
+            # the smoke cells check the instrumented kill point; the external plan has its test.
+            # Workers are forked by a zygote as in `make prove` (the external test uses exec).
+            with Zygote(cwd=runner.REPO, env=runner.child_env()) as zygote, \
+                    LatenessMonitor() as monitor:  # fmt: skip
+                yield runner.Services(admin, tpl, server, versions=runner.versions(admin),
+                                      crash_plans="instrumented", zygote=zygote,
+                                      lateness=monitor)  # fmt: skip
         finally:
             server.kill()
 
@@ -54,7 +61,11 @@ def test_one_cell_per_system_and_the_stripe_cell(services, tmp_path) -> None:
         ("temporal_check", 1, 0, "local"),
         ("runtime", 1, 0, "stripe"),
     ]
+    forked = services.zygote.forked
     results = runner.sweep(services, runs, tmp_path, jobs=2, progress=lambda _: None)
+    # 4 runs: 3+3 runtime workers twice, 1+1 Temporal workers twice (more if a run was
+    # run again after a harness error), all forked
+    assert services.zygote.forked - forked >= 16 and services.zygote.fallbacks == 0
     by = {(r["identity"]["system"], r["identity"]["api"]): r for r in results}
     assert len(by) == 4
     for rec in by.values():
@@ -296,3 +307,41 @@ def test_two_crashes_and_events_after_the_end_are_recorded(services, tmp_path) -
     assert "reapprove_refused" in whats and "cancel_refused" in whats
     assert [r["amount"] for r in rec["ground_truth"]["ledger"]] == [2000]
     assert rec["outcome"]["correct"]
+
+
+class _LateOnce:
+    """A lateness monitor whose first window reports a 1 s stall, then none."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def window(self, t0: float, t1: float | None = None) -> dict:
+        self.calls += 1
+        late = 1.0 if self.calls == 1 else 0.001
+        return {"samples": 10, "max": late, "p99": late}
+
+
+def test_a_run_the_harness_was_too_late_for_is_a_harness_error_and_run_again(
+    services, tmp_path
+) -> None:
+    (s00,) = load_all(["S00"])
+    svc = dataclasses.replace(services, lateness=_LateOnce())
+    lines: list[str] = []
+    (rec,) = runner.sweep(svc, runner.plan([s00], 1, "quick", ["runtime"], [1]), tmp_path,
+                          jobs=1, progress=lines.append)  # fmt: skip
+    assert any("harness too late" in line for line in lines), lines  # the first attempt
+    assert any(line.startswith("re-running 1 run(s)") for line in lines)
+    assert rec["error"] is None and rec["outcome"]["correct"]  # the second attempt measured
+    assert rec["timings"]["harness_lateness"]["max"] == 0.001
+    # a run that stays too late is left out of every n and listed
+    bad = dataclasses.replace(
+        services,
+        lateness=type(
+            "Late", (), {"window": lambda self, t0, t1=None: {"samples": 1, "max": 2.0, "p99": 2.0}}
+        )(),
+    )
+    (rec,) = runner.sweep(bad, runner.plan([s00], 1, "quick", ["runtime"], [1]), tmp_path,
+                          jobs=1, progress=lambda _: None, retries=0)  # fmt: skip
+    assert "harness too late" in rec["error"] and rec["outcome"]["harness_error"]
+    assert report.aggregate([s00], [rec]) == []
+    assert report.lateness_summary([rec])["too_late"] == [rec["identity"]["run_id"]]

@@ -1,0 +1,80 @@
+"""The claims section and the decisive share (prove/claims.py) on hand-made cells."""
+
+from __future__ import annotations
+
+from prove import claims, report
+
+
+def cell(k: int, n: int, **counters: int) -> dict:
+    return {"n": n, "correct": k, "correct_rate": k / n, "wilson95": list(report.wilson(k, n)),
+            "counters": dict(counters),
+            "per_1000": {"duplicate_applications": 0, "blocked_never_sent": 0}}  # fmt: skip
+
+
+def sweep(rates: dict[tuple[str, int], tuple[tuple, tuple, tuple]]) -> tuple[dict, dict, list]:
+    """(scenario, tier) -> ((k, n) runtime, (a), (b)): the index, verdicts and table rows."""
+    idx, verdicts, table = {}, {}, []
+    for (scn, tier), trio in rates.items():
+        for system, (k, n) in zip(("runtime", *claims.BASELINES), trio, strict=True):
+            idx[(scn, "base", system, tier)] = cell(k, n)
+        rt = idx[(scn, "base", "runtime", tier)]
+        row = {"scenario": scn, "variant": "base", "tier": tier}
+        for base, key in zip(claims.BASELINES, ("verdict_vs_a", "verdict_vs_b"), strict=True):
+            row[key] = verdicts[(scn, "base", tier, base)] = report.verdict(
+                rt, idx[(scn, "base", base, tier)]
+            )
+        table.append(row)
+    return idx, verdicts, table
+
+
+C = claims.Claim("X", "x", (("S03", None),), {"temporal_idem": "better",
+                                                "temporal_check": "better"},
+                 ("sent_under_revoked_grant",))  # fmt: skip
+
+
+def test_a_claim_is_supported_only_when_every_differing_comparison_is_decided() -> None:
+    idx, verdicts, _ = sweep({("S03", 1): ((5, 5), (0, 5), (5, 5))})
+    out = claims.judge(C, idx, verdicts)
+    assert out["status"].startswith("supported"), out
+    assert out["decided"] == ["S03 t1 vs (a)"]  # (b) equally correct: shows nothing
+    idx, verdicts, _ = sweep({("S03", 1): ((5, 5), (2, 5), (5, 5))})
+    out = claims.judge(C, idx, verdicts)
+    assert out["status"].startswith("not decisive") and out["undecided"] == ["S03 t1 vs (a)"]
+
+
+def test_a_worse_verdict_or_a_nonzero_counter_contradicts() -> None:
+    idx, verdicts, _ = sweep({("S03", 2): ((0, 5), (5, 5), (5, 5))})
+    assert claims.judge(C, idx, verdicts)["status"] == "CONTRADICTED"
+    idx, verdicts, _ = sweep({("S03", 2): ((5, 5), (0, 5), (0, 5))})
+    idx[("S03", "base", "runtime", 2)]["counters"]["sent_under_revoked_grant"] = 1
+    out = claims.judge(C, idx, verdicts)
+    assert out["status"] == "CONTRADICTED"
+    assert "sent_under_revoked_grant = 1" in out["contradictions"][0]
+
+
+def test_not_worse_claims_are_never_called_proven() -> None:
+    nw = claims.Claim("Y", "y", (("S01", (1,)),), {"temporal_idem": "not_worse"})
+    idx, verdicts, _ = sweep({("S01", 1): ((5, 5), (5, 5), (5, 5)),
+                              ("S01", 2): ((0, 5), (5, 5), (5, 5))})  # fmt: skip
+    out = claims.judge(nw, idx, verdicts)
+    assert out["status"].startswith("consistent") and len(out["rows"]) == 1  # tier 2 not in it
+    assert claims.judge(claims.Claim("Z", "z", (("S77", None),)), idx, verdicts)["status"] == (
+        "not measured in this sweep"
+    )
+
+
+def test_decisive_share_counts_only_differing_point_estimates() -> None:
+    idx, _, table = sweep({("S01", 1): ((5, 5), (5, 5), (5, 5)),  # no difference: not counted
+                           ("S02", 1): ((5, 5), (0, 5), (2, 5)),  # one decided, one open
+                           ("S03", 1): ((20, 20), (0, 20), (19, 20))})  # fmt: skip
+    share = claims.decisive_share(table, idx)
+    assert (share["differ"], share["decided"]) == (4, 2)
+    assert share["open"] == ["S02 t1 base vs (b)", "S03 t1 base vs (b)"]
+
+
+def test_every_claim_names_known_scenarios() -> None:
+    from prove.scenario import load_all
+
+    known = {s.id for s in load_all(None)}
+    for c in claims.CLAIMS:
+        assert {scn for scn, _ in c.cells} <= known, c.id
