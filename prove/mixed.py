@@ -409,8 +409,10 @@ def _refused_event(record: dict) -> str | None:
 
 
 def run_iteration(run: DriverRun, i: int) -> dict:
-    """Plan, play and judge iteration i of a driver run; the full record goes to run.dir."""
-    from prove.runner import Run
+    """Plan, play and judge iteration i of a driver run; the full record goes to run.dir.
+    A retry (run.attempt > 0, see DriverRun.iterate) plays the same plan; the earlier
+    attempts' record and directory are kept as <run_id>.attempt<k>(.json)."""
+    from prove.runner import Run, run_name
 
     rng = random.Random(plan_key(run.tier, run.seed, i))
     plan = make_plan(rng)
@@ -418,6 +420,12 @@ def run_iteration(run: DriverRun, i: int) -> dict:
     scn, variant = iteration_scenario(plan, family, run.tier, run.system, run.timing, i)
     services = dataclasses.replace(run.services, crash_plans="instrumented")
     seed = run.seed * 1000 + i
+    rid = run_name(scn.id, variant.name, run.system, run.tier, seed, "local")
+    if run.attempt:  # Run wipes its directory and the record is rewritten: move the last aside
+        for ext in (".json", ""):
+            p = run.dir / f"{rid}{ext}"
+            if p.exists():
+                p.rename(run.dir / f"{rid}.attempt{run.attempt - 1}{ext}")
     t_begin = time.time()
     record = Run(services, scn, variant, run.system, run.tier, seed, out_dir=run.dir,
                  api="local").execute()  # fmt: skip
@@ -428,14 +436,20 @@ def run_iteration(run: DriverRun, i: int) -> dict:
                     float(record["timings"]["started_at"]), run.system, run.tier)  # fmt: skip
     refused = _refused_event(record)
     if record.get("error") and not refused:
+        # a harness error (this includes "harness too late"): DriverRun.iterate plays the
+        # iteration again, and leaves it out of the count if every attempt ended so
         verdict["correct"] = False
         verdict["failures"].append(f"harness error: {record['error']}")
+    files = [path.name, rid]
+    for k in range(run.attempt):
+        files += [f"{rid}.attempt{k}.json", f"{rid}.attempt{k}"]
     it = {"i": i, "seed": seed, "plan": plan, "timeline": list(scn.timeline), **verdict,
           "event_refused": refused, "harness_error": None if refused else record.get("error"),
           "result": record["result"]["kind"],
           "status": (record["artifacts"] or {}).get("status"),
           "workflow": record["identity"]["workflow_id"],
           "run_record": str(path.relative_to(run.dir)),
+          "files": files,  # what a resume keeps in run.dir for this iteration
           "wall": round(time.time() - t_begin, 3)}  # fmt: skip
     run.note("iteration", i=i, correct=it["correct"], observed=it["observed_cents"],
              allowed=it["expected_cents"], record=it["run_record"])  # fmt: skip
@@ -444,10 +458,11 @@ def run_iteration(run: DriverRun, i: int) -> dict:
 
 def mixed(run: DriverRun) -> dict:
     """The mixed sweep's driver (prove/driver.py): run.iterations random plans, judged."""
-    iters = [run_iteration(run, i) for i in range(run.iterations)]
+    iters = run.iterate(lambda i: run_iteration(run, i))
+    ok = driver.counted(iters)  # the harness-error iterations measured nothing
     out = driver.summarize(iters)
-    out["sent_after_cancel"] = sum(it["sent_after_cancel"] for it in iters)
-    totals = Counter(it["observed_cents"] for it in iters)
+    out["sent_after_cancel"] = sum(it["sent_after_cancel"] for it in ok)
+    totals = Counter(it["observed_cents"] for it in ok)
     out["expected"] = "the amount the event order allows (prove.mixed.judge)"
     out["observed"] = (f"correct {out['correct_n']}/{out['n']}; agent totals "
                        + ", ".join(f"${c / 100:.0f} x{n}" for c, n in sorted(totals.items())))  # fmt: skip

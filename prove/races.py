@@ -376,7 +376,6 @@ def signal_race(dr: DriverRun) -> dict:
     """S11r: `dr.iterations` approvals, each at a seeded offset in +/-50 ms of the wait's
     commit; correct when the refund lands once, promptly (no lost wakeup)."""
     b = _Bench(dr, stub_delay_ms=STUB_DELAY_MS)
-    rng = random.Random(f"{dr.run_id}")
 
     def warmup(c: dict) -> float | None:
         facts = b.facts_seen(c["payment"])
@@ -389,11 +388,11 @@ def signal_race(dr: DriverRun) -> dict:
         b.target_reads(c["payment"])
         return None if t_wait is None else t_wait - anchor
 
+    # per-run setup: on resume the warm-ups run again (a new bench needs its own calibration)
     calib, delays = _calibrate(dr, b, warmup, "model stub arrival", "delay_to_wait_commit")
 
-    iters: list[dict] = []
-    gt: list[dict] = []
-    for i in range(dr.iterations):
+    def play_one(i: int) -> dict:
+        rng = random.Random(f"{dr.run_id}-i{i}")  # iteration i's offset, however it is reached
         c = b.new_case(i, "i")
         facts = b.facts_seen(c["payment"])
         planned = rng.uniform(-S11R_WINDOW, S11R_WINDOW)
@@ -409,18 +408,24 @@ def signal_race(dr: DriverRun) -> dict:
         consumed = _consumed(b, c)
         it = _judge_signal(dr, c, res, posts, refunds, consumed)
         measured = None if t_wait is None else c["t_approve"] - t_wait
-        it.update({"planned_offset": round(planned, 4), "fired_late_by": round(max(0.0, late), 4),
+        it.update({"i": i, "planned_offset": round(planned, 4),
+                   "fired_late_by": round(max(0.0, late), 4),
                    "measured_offset": None if measured is None else round(measured, 4),
                    "wait_commit_source": source, "workflow": c["wf"], "payment": c["payment"],
                    "grant": c["grant"], "result": res["kind"], "status": res["status"],
-                   "end_to_end": round(c["t_end"] - c["t_start"], 4)})  # fmt: skip
-        iters.append(it)
-        gt.append({"i": i, "payment": c["payment"], "posts": [_post_row(a) for a in posts],
-                   "ledger": refunds})  # fmt: skip
+                   "end_to_end": round(c["t_end"] - c["t_start"], 4),
+                   "ground_truth": {"i": i, "payment": c["payment"],
+                                    "posts": [_post_row(a) for a in posts],
+                                    "ledger": refunds}})  # fmt: skip
+        return it
+
+    iters = dr.iterate(play_one)
+    gt = [it.pop("ground_truth") for it in iters]
+    ok = driver.counted(iters)
 
     out = driver.summarize(iters)
     pred = _prediction(dr)
-    totals = [it["total_cents"] for it in iters]
+    totals = [it["total_cents"] for it in ok]
     out["expected"] = f"${pred['total_cents'] / 100:.0f} per iteration" if pred else None
     out["observed"] = (f"{out['correct_n']}/{out['n']} iterations: one refund, woken promptly; "
                        f"totals {sorted(set(totals))}")  # fmt: skip
@@ -432,7 +437,7 @@ def signal_race(dr: DriverRun) -> dict:
         "faults": {
             "race": "approve vs the wait's commit",
             "window_s": S11R_WINDOW,
-            "rng_seed": f"{dr.run_id}",
+            "rng_seed": f"{dr.run_id}-i<i>",
             "calibration": {
                 "anchor": "model stub arrival of the decision call",
                 "stub_delay_ms": STUB_DELAY_MS,
@@ -534,7 +539,6 @@ def revoke_race(dr: DriverRun) -> dict:
     """S12: `dr.iterations` revokes, each at a seeded offset in +/-20 ms of the refund POST's
     arrival; counts sends applied after the revoke returned that it did not list."""
     b = _Bench(dr, target_delay_ms=TARGET_DELAY_MS)
-    rng = random.Random(f"{dr.run_id}")
 
     def warmup(c: dict) -> float | None:  # no revoke: approve -> the POST's arrival
         b.start(c)
@@ -544,11 +548,11 @@ def revoke_race(dr: DriverRun) -> dict:
         posts, _ = b.target_reads(c["payment"])
         return posts[0]["arrival"] - c["t_approve"] if posts else None
 
+    # per-run setup: on resume the warm-ups run again (a new bench needs its own calibration)
     calib, delays = _calibrate(dr, b, warmup, "approve returned", "delay_to_post_arrival")
 
-    iters: list[dict] = []
-    gt: list[dict] = []
-    for i in range(dr.iterations):
+    def play_one(i: int) -> dict:
+        rng = random.Random(f"{dr.run_id}-i{i}")  # iteration i's offset, however it is reached
         c = b.new_case(i, "i")
         facts = b.facts_seen(c["payment"])
         b.start(c)
@@ -566,21 +570,26 @@ def revoke_race(dr: DriverRun) -> dict:
         it = _judge_revoke(dr, rows, refunds, returned, t_revoked)
         measured = t_revoked - rows[0]["arrival"] if rows else None
         it.update(_dispatch_tx(b, c["wf"], t_revoked))
-        it.update({"planned_offset": round(planned, 4), "fired_late_by": round(t_fired - fire, 4),
+        it.update({"i": i, "planned_offset": round(planned, 4),
+                   "fired_late_by": round(t_fired - fire, 4),
                    "offset_vs_expected": round(t_revoked - (c["t_approve"] + calib), 4),
                    "revoke_took": round(t_revoked - t_fired, 4),
                    "measured_offset": None if measured is None else round(measured, 4),
                    "returned": returned, "workflow": c["wf"], "payment": c["payment"],
                    "grant": grant, "result": res["kind"], "status": res["status"],
-                   "end_to_end": round(c["t_end"] - c["t_start"], 4)})  # fmt: skip
-        iters.append(it)
-        gt.append({"i": i, "payment": c["payment"], "revoke_returned_at": t_revoked,
-                   "posts": rows, "ledger": refunds})  # fmt: skip
+                   "end_to_end": round(c["t_end"] - c["t_start"], 4),
+                   "ground_truth": {"i": i, "payment": c["payment"],
+                                    "revoke_returned_at": t_revoked, "posts": rows,
+                                    "ledger": refunds}})  # fmt: skip
+        if b.family == "temporal":  # now, while this process's attempt log has it
+            _attach_attempts(b, [it])
+        return it
 
-    if b.family == "temporal":
-        _attach_attempts(b, iters)
+    iters = dr.iterate(play_one)
+    gt = [it.pop("ground_truth") for it in iters]
+    ok = driver.counted(iters)
     out = driver.summarize(iters)
-    n_sent = sum(1 for it in iters if it["sent"])
+    n_sent = sum(1 for it in ok if it["sent"])
     under = out["sent_under_revoked_grant"]
     pred = _prediction(dr)
     out["expected"] = pred.get("status") if pred else None
@@ -598,7 +607,7 @@ def revoke_race(dr: DriverRun) -> dict:
         "faults": {
             "race": "revoke vs the refund's dispatch",
             "window_s": S12_WINDOW,
-            "rng_seed": f"{dr.run_id}",
+            "rng_seed": f"{dr.run_id}-i<i>",
             "target_delay_ms": TARGET_DELAY_MS,
             "calibration": {
                 "anchor": "approve returned",

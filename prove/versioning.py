@@ -43,6 +43,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from interlock_runtime.testing import wait_for
+from prove import driver
 from prove.driver import DriverRun, summarize
 from prove.runner import PAID, PAYMENT, REPO, RunnerError, _jsonable, start_ready_process
 from prove.target import Target
@@ -511,37 +512,47 @@ def status_word(iterations: list[dict]) -> str:
 
 def versioning(run: DriverRun) -> dict:
     """S14 on run.system: run.iterations rounds, three iterations (properties) each."""
-    iterations: list[dict] = []
-    rounds: list[dict] = []
-    ledgers: list[dict] = []
     t0 = time.time()
-    for index in range(run.iterations):
+
+    def play_round(index: int) -> dict:
+        # a round is the unit of the checkpoint (and of the lateness retry): on resume an
+        # interrupted round is played again from its start, with fresh workers and ledger
         with ExitStack() as stack:
             rd = Round(run, index, stack)
             try:
                 (_runtime_round if run.system == "runtime" else _temporal_round)(rd)
             finally:
                 ledger, access = rd.world()
-                ledgers.append({"round": index, "refunds": ledger, "access_log": access})
             its = judge(rd, ledger, access)
             for it in its:
                 it["round"] = index
-            iterations += its
-            rounds.append(_jsonable({k: v for k, v in rd.facts.items()}))
+            return {"round": index, "iterations": its, "correct": all(it["correct"] for it in its),
+                    "facts": _jsonable({k: v for k, v in rd.facts.items()}),
+                    "ledger": {"round": index, "refunds": ledger, "access_log": access}}  # fmt: skip
+
+    played = run.iterate(play_round)
+    iterations: list[dict] = []
+    for r in played:
+        for it in r["iterations"]:  # a late round's three properties measured nothing
+            it["harness_error"] = r.get("harness_error")
+            iterations.append(it)
+    rounds = [r["facts"] for r in played]
+    ledgers = [r["ledger"] for r in played]
+    ok = driver.counted(played)  # the prediction is per measured round
     outcome = summarize(iterations)
-    total = sum(r["amount"] for lg in ledgers for r in lg["refunds"])
-    status = status_word(iterations)
+    total = sum(r["amount"] for rd in ok for r in rd["ledger"]["refunds"])
+    status = status_word(driver.counted(iterations))
     observed = f"${total / 100:.0f} {status}"
     pred = run.scn.prediction(run.system, run.tier, run.variant.name)
     expected = None
     if pred:
         expected = f"${pred['total_cents'] / 100:.0f} {pred.get('status', '')}".strip()
-    rounds_n = max(1, run.iterations)
+    rounds_n = max(1, len(ok))
     outcome.update({
         "expected": expected, "observed": observed,
         "prediction_held": None if not pred else (total == pred["total_cents"] * rounds_n
                                                   and pred.get("status", status) == status),
-        "quantities": {"total_cents": total, "rounds": run.iterations},
+        "quantities": {"total_cents": total, "rounds": len(ok)},
     })  # fmt: skip
     return {
         "outcome": outcome,
