@@ -126,13 +126,14 @@ class EngineCpu:
                  interval: float = 0.5):  # fmt: skip
         self.roots, self.admin, self.dbname, self.interval = list(roots), admin, dbname, interval
         self.tick = clock_tick()
-        # key (pid, start ticks) -> [group, ticks at start or first sight, latest ticks]
+        # key (pid, start ticks) -> [group, ticks at start or 0, latest ticks, born inside]
         self.seen: dict[tuple[int, int], list] = {}
         self.lock = threading.Lock()
         self.stop_ev = threading.Event()
         self.thread: threading.Thread | None = None
         self.conn: psycopg.Connection | None = None
         self.t0 = self.t1 = 0.0
+        self.sessions0 = 0
 
     def _backends(self) -> list[tuple[int, str]]:
         if not self.conn:
@@ -143,6 +144,18 @@ class EngineCpu:
             (self.dbname,),
         ).fetchall()
         return [(pid, "poller" if app == POLLER_APP else "backends") for pid, app in rows]
+
+    def _sessions(self) -> int:
+        """Sessions ever opened to the database (pg_stat_database, flushed by a backend when
+        idle or at exit): its advance over the window counts connections the sampler may
+        never have seen (opened and closed between two samples)."""
+        if not self.conn:
+            return 0
+        self.conn.execute("select pg_stat_clear_snapshot()")
+        row = self.conn.execute(
+            "select sessions from pg_stat_database where datname = %s", (self.dbname,)
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def _procs(self, scan: bool) -> list[tuple[int, str]]:
         out = [(r, "processes") for r in self.roots]
@@ -165,7 +178,7 @@ class EngineCpu:
                 if entry is None:
                     # Seen at the window's start: its CPU so far is before the window. Born
                     # inside the window: all of its CPU is inside.
-                    self.seen[(pid, start)] = [group, ticks if first else 0, ticks]
+                    self.seen[(pid, start)] = [group, ticks if first else 0, ticks, not first]
                 else:
                     entry[2] = ticks
 
@@ -179,6 +192,7 @@ class EngineCpu:
     def start(self) -> EngineCpu:
         if self.dbname and self.admin:
             self.conn = psycopg.connect(self.admin, autocommit=True)
+        self.sessions0 = self._sessions()
         self._sample(scan=True, first=True)
         self.t0 = time.perf_counter()
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -193,11 +207,14 @@ class EngineCpu:
         alive_before = {k for k in self.seen}
         self._sample(scan=True, first=False)
         groups: dict[str, float] = {"processes": 0.0, "backends": 0.0, "poller": 0.0}
-        exited = 0
-        for (pid, start), (group, base, last) in self.seen.items():
+        exited, born = 0, 0
+        for (pid, start), (group, base, last, new) in self.seen.items():
+            born += group != "processes" and new
             groups[group] += (last - base) / self.tick
             if (pid, start) in alive_before and proc_start_ticks(pid) != start:
                 exited += 1
+        time.sleep(0.05 if self.conn else 0)  # the last exits flush their session counts
+        opened = self._sessions() - self.sessions0
         if self.conn:
             self.conn.close()
         return {"seconds": self.t1 - self.t0,
@@ -206,7 +223,8 @@ class EngineCpu:
                 "poller_cpu_s": groups["poller"],
                 "processes": sum(1 for v in self.seen.values() if v[0] == "processes"),
                 "backends": sum(1 for v in self.seen.values() if v[0] == "backends"),
-                "exited_in_window": exited}  # fmt: skip
+                "exited_in_window": exited, "sessions_opened": opened,
+                "unseen_backends": max(0, opened - born)}  # fmt: skip
 
 
 def per_1000(cpu: dict | None, workflows: int) -> dict | None:

@@ -50,7 +50,9 @@ def test_smoke_measures_runtime_and_a_peer(tmp_path):
         rep = report["shape1"]["reps"][0][system]
         assert rep["machine"]["cores"] == os.cpu_count() and rep["machine"]["load1_start"] >= 0
         assert rep["engine_cpu"]["processes"] >= 1 and rep["engine_cpu"]["backends"] >= 1, rep
+        # Long-lived connections: no backend left inside the window or went unseen.
         assert rep["engine_cpu"]["exited_in_window"] == 0, rep["engine_cpu"]
+        assert rep["engine_cpu"]["unseen_backends"] == 0, rep["engine_cpu"]
     assert "reruns" in report["shape1"]
     md = bench.render(report)
     assert md.index("Re-run rule") < md.index("| system | p50 ms")  # the rule before the tables
@@ -162,6 +164,7 @@ def test_engine_cpu_reads_processes_children_and_backends():
     assert out["backends_cpu_s"] >= 0.2, out  # the backend that exited inside the window
     assert out["poller_cpu_s"] >= 0.2, out
     assert out["exited_in_window"] >= 1, out
+    assert out["sessions_opened"] >= 2 and out["unseen_backends"] == 0, out
     assert out["engine_cpu_s"] == pytest.approx(out["processes_cpu_s"] + out["backends_cpu_s"])
     per = bench_proc.per_1000(out, 100)
     assert per["engine"] == pytest.approx(out["engine_cpu_s"] * 10)
