@@ -44,7 +44,7 @@ test: setup pg-start lint browser
 conformance: setup pg-start
 	ILR_LONG=$(if $(LONG),1,0) $(BIN)/python -m pytest conformance -q
 
-# The quick sweep (under 45 min here) by default; SWEEP=full runs the spec's sizes into its own
+# The default sweep (n >= 5 per cell, within an hour here); SWEEP=full runs the spec's sizes into its own
 # runs directory and resumes: an interrupted full sweep continues where it stopped.
 prove: setup pg-start
 	$(BIN)/python -m prove $(if $(filter full,$(SWEEP)),--full --resume --runs-dir .data/prove/runs-full)
