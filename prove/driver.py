@@ -26,8 +26,9 @@ things once for all of them:
 - a checkpoint: each finished iteration is one JSON line of `iterations.jsonl` in the run
   directory, appended and flushed as it finishes. With the sweep's --resume the runner keeps
   that file (the rest of the interrupted attempt moves to `interrupted-<k>/`) and `iterate`
-  returns the recorded iterations as they are, playing only the missing ones. A line cut by a
-  crash is not a finished iteration: it is ignored and overwritten.
+  returns the recorded iterations as they are, playing only the missing ones and those that
+  were harness errors. A line cut by a crash is not a finished iteration: it is ignored and
+  overwritten.
 - the harness's own lateness (prove/lateness.py) over each iteration's window: an iteration
   during which the harness was later than the run's `max_harness_lateness` measured nothing;
   it is played again (a fresh attempt with the same i, up to HARNESS_RETRIES more times), and
@@ -104,8 +105,10 @@ class DriverRun:
         done: dict[int, dict] = {}
         if self.resume and path.exists():
             lines, end = read_checkpoint(path)
+            # a harness-error iteration measured nothing: this attempt plays it again
             done = {k: v["record"] for k, v in lines.items()
-                    if k < n and v.get("run_id") == self.run_id}  # fmt: skip
+                    if k < n and v.get("run_id") == self.run_id
+                    and not (v["record"] or {}).get("harness_error")}  # fmt: skip
             os.truncate(path, end)  # drop a torn last line before appending after it
         self.resumed = len(done)
         if done:
@@ -174,7 +177,7 @@ def read_checkpoint(path: Path) -> tuple[dict[int, dict], int]:
     """The finished iterations of a checkpoint ({i: line}) and the length in bytes of its
     whole lines. Text after the last newline is a line a crash cut short, and a line that is
     not a JSON object with an index and a record is no finished iteration: both are ignored.
-    The first line of an index wins (a later one can only be a replay)."""
+    The last line of an index wins: a later one is a resume's replay of a harness error."""
     data = path.read_bytes()
     out: dict[int, dict] = {}
     end = data.rfind(b"\n") + 1
@@ -184,7 +187,7 @@ def read_checkpoint(path: Path) -> tuple[dict[int, dict], int]:
         except ValueError:
             continue
         if isinstance(line, dict) and isinstance(line.get("i"), int) and "record" in line:
-            out.setdefault(line["i"], line)
+            out[line["i"]] = line
     return out, end
 
 

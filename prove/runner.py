@@ -1176,6 +1176,10 @@ def run_driver(services: Services, scn: Scenario, variant: Variant, system: str,
                  f"start {pg_started} -> {pg_now}); not a measurement")  # fmt: skip
     outcome = dict(body.get("outcome") or driver.summarize(body.get("iterations") or []))
     outcome.setdefault("n", len(body.get("iterations") or []))
+    if error is None and outcome["n"] == 0 and outcome.get("harness_error_iterations"):
+        # nothing was measured: the run is a harness error too, so the sweep runs it again
+        error = (f"every iteration was a harness error (iterations "
+                 f"{outcome['harness_error_iterations']}); not a measurement")  # fmt: skip
     outcome["correct"] = (error is None and outcome["n"] > 0
                           and outcome.get("correct_n") == outcome["n"])  # fmt: skip
     outcome["harness_error"] = error

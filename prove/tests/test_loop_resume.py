@@ -104,6 +104,49 @@ def test_a_play_that_reports_a_harness_error_is_retried(tmp_path: Path) -> None:
     assert driver.summarize(recs)["n"] == 1
 
 
+def test_a_resume_plays_the_harness_error_iterations_again(tmp_path: Path) -> None:
+    mon = LatenessMonitor()
+    late = {1}
+
+    def play(i: int) -> dict:
+        if i in late:
+            mon.record(0.5)
+        return {"i": i, "correct": True, "attempt_of": dr.t0}
+
+    dr = _run(tmp_path, SimpleNamespace(lateness=mon), {"max_harness_lateness": 0.1}, n=2)
+    first = dr.iterate(play)
+    assert first[1]["harness_error"] and driver.summarize(first)["n"] == 1
+    late.clear()  # the machine is quieter now
+    time.sleep(0.01)  # a later t0 tells the attempts apart
+    dr = _run(tmp_path, SimpleNamespace(lateness=mon), {"max_harness_lateness": 0.1}, n=2,
+              resume=True)  # fmt: skip
+    again = dr.iterate(play)
+    assert dr.resumed == 1 and again[0] == first[0]  # measured: kept as recorded
+    assert again[1]["harness_error"] is None and again[1]["attempt_of"] == dr.t0
+    assert driver.summarize(again)["n"] == 2
+    # the replay's line comes after the harness error's, and wins
+    assert driver.read_checkpoint(tmp_path / driver.CHECKPOINT)[0][1]["record"] == again[1]
+
+
+def test_a_run_whose_every_iteration_was_late_is_a_harness_error(tmp_path, monkeypatch) -> None:
+    from interlock_runtime.testing import admin_dsn
+    from prove import runner
+
+    mon = LatenessMonitor()
+
+    def all_late(dr: driver.DriverRun) -> dict:
+        return {"iterations": dr.iterate(lambda i: mon.record(0.5) or {"i": i, "correct": True})}
+
+    monkeypatch.setattr(driver, "load", lambda spec: all_late)
+    services = runner.Services(admin_dsn(), "unused", lateness=mon)
+    scn = SimpleNamespace(id="X", driver="x:all_late", emulated=(), iterations={"quick": 2})
+    variant = SimpleNamespace(name="base", params={}, timing={"max_harness_lateness": 0.1})
+    rec = runner.run_driver(services, scn, variant, "runtime", 1, 0, tmp_path)
+    oc = rec["outcome"]
+    assert (oc["n"], oc["harness_error_iterations"], oc["correct"]) == (0, [0, 1], False)
+    assert rec["error"].startswith("every iteration was a harness error"), rec["error"]
+
+
 # -- end to end: a real sweep, SIGKILLed in the middle of a loop cell --------------------------
 
 
