@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                                    runs_dir=out_dir, versions=runner.versions(admin),
                                    crash_plans=args.crash_plans, size=size,
                                    lateness=monitor, resume=args.resume,
-                                   zygote=zygote)  # fmt: skip
+                                   zygote=zygote,
+                                   progress=lambda line: print(f"  {line}", flush=True))  # fmt: skip
         print(f"prove: {len(runs)} runs ({size} sweep) over {len(scns)} scenario(s), "
               f"{args.jobs} at a time", flush=True)  # fmt: skip
         results = runner.sweep(services, runs, out_dir, jobs=args.jobs, resume=args.resume,

@@ -83,6 +83,8 @@ class Services:
     zygote: Any = None
     # --resume: reuse finished run files and, inside a loop run, its finished iterations
     resume: bool = False
+    # where a loop run reports each finished iteration (the sweep's printer); None: silent
+    progress: Callable[[str], None] | None = None
 
 
 def versions(admin_dsn: str) -> dict:
@@ -1159,6 +1161,8 @@ def run_driver(services: Services, scn: Scenario, variant: Variant, system: str,
     dr = driver.DriverRun(services=services, scn=scn, variant=variant, system=system, tier=tier,
                           seed=seed, iterations=n, run_id=run_id, dir=run_dir,
                           stack=ExitStack(), timing=variant.timing, resume=resume)  # fmt: skip
+    if services.progress is not None:
+        dr.progress = services.progress
     error, body = None, {}
     pg_started = postgres_started(services.admin_dsn)
     with dr.stack:
