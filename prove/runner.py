@@ -1286,6 +1286,7 @@ def _sweep_once(services: Services, runs: list[tuple], out_dir: Path, jobs: int,
     todo.sort(key=expected_cost, reverse=True)  # longest first: the jobs finish together
     t0, done, bad = time.time(), 0, 0
     total = len(todo)
+    cost_all, cost_done = sum(expected_cost(it) for it in todo), 0.0
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futs = {pool.submit(run_one, services, *item[:5], out_dir, item[5]): item for item in todo}
         for fut in as_completed(futs):
@@ -1301,9 +1302,12 @@ def _sweep_once(services: Services, runs: list[tuple], out_dir: Path, jobs: int,
                        "error": repr(e)}  # fmt: skip
             results.append(rec)
             done += 1
+            cost_done += expected_cost(futs[fut])
             oc = rec["outcome"]
             el = time.time() - t0
-            eta = el / done * (total - done)
+            # weighted by each run's expected cost: the long runs go first, so a plain
+            # average over the runs done so far would overstate what is left
+            eta = el / cost_done * (cost_all - cost_done) if cost_done else 0.0
             if rec.get("error"):  # neither correct nor incorrect: not a measurement
                 word = f"HARNESS ERROR ({rec['error']})"
             else:
