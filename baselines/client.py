@@ -73,8 +73,12 @@ async def approve(client: Client, workflow_id: str, amount: int, grant_id: str) 
     )
 
 
-async def wait_result(client: Client, workflow_id: str, timeout: float = 60.0) -> dict:
-    handle = client.get_workflow_handle(workflow_id)
+async def wait_result(client: Client, workflow_id: str, timeout: float = 60.0,
+                      run_id: str | None = None) -> dict:  # fmt: skip
+    """The result of `run_id` (following its continue-as-new and retries), or of the latest
+    run. A run id matters after a duplicate start of a finished workflow: Temporal's default
+    id reuse policy starts a new run, which would otherwise be the one waited for."""
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
     return await asyncio.wait_for(handle.result(follow_runs=True), timeout)
 
 
@@ -195,8 +199,9 @@ class BaselineClient:
         """Request cancellation (the workflow sees CancelledError at its next await)."""
         self._run(self.client.get_workflow_handle(workflow_id).cancel())
 
-    def wait_result(self, workflow_id: str, timeout: float = 60.0) -> dict:
-        return self._run(wait_result(self.client, workflow_id, timeout), timeout + 5)
+    def wait_result(self, workflow_id: str, timeout: float = 60.0,
+                    run_id: str | None = None) -> dict:  # fmt: skip
+        return self._run(wait_result(self.client, workflow_id, timeout, run_id), timeout + 5)
 
     def describe(self, workflow_id: str, run_id: str | None = None) -> dict:
         return self._run(describe(self.client, workflow_id, run_id))

@@ -407,7 +407,10 @@ class TemporalSystem:
 
     def result(self, timeout: float) -> tuple[str, Any]:
         try:
-            return "completed", self.client.wait_result(self.run.wf_id, timeout=timeout)
+            # the run this harness started (or reset to), not a later duplicate start's
+            rid = self.run_ids[-1] if self.run_ids else None
+            return "completed", self.client.wait_result(self.run.wf_id, timeout=timeout,
+                                                        run_id=rid or None)  # fmt: skip
         except TimeoutError as e:
             return "timeout", str(e) or "timed out"
         except Exception as e:  # noqa: BLE001 - a failed workflow: record its cause
