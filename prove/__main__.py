@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
 import time
 from contextlib import ExitStack
@@ -162,5 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # SIGTERM (a CI time-out, `kill`) unwinds like Ctrl-C: the servers, the fork server and
+    # the run databases this sweep started are closed on the way out, not left running
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.exit(main())
