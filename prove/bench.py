@@ -17,6 +17,15 @@ are flushed at backend exit). All three are cluster-wide: commits in other datab
 window are counted and reported beside them. pgbench runs a write transaction of the runtime's
 measured WAL size (an UPDATE and an INSERT) at 1 and 8 clients: the physical limit.
 
+Reproducibility (issue 17): every repetition records the 1-minute load average at its start and
+end and the CPU steal over it (prove/bench_proc.py); each summary gives min, median, max and the
+relative spread; after the planned repetitions, one whose throughput is more than 25% from the
+median of the other repetitions is re-run once (the re-run replaces it; `reruns` in the JSON
+keeps the original and the reason). Engine CPU: user+system CPU seconds per 1,000 workflows of
+each system's own processes (workers, the DBOS process, the Temporal dev server) and of the
+Postgres backends serving its database, read from /proc over the measured window; the refund
+shape's verdict is the runtime's engine CPU per workflow against a third of Temporal's.
+
 Each system runs in its own driver subprocess (`python -m prove.bench drive SYSTEM ...`), so
 DBOS's process-wide singleton and the Temporal SDK's threads never share a process with another
 system. How each system is driven (its own native path, as its users write it):
