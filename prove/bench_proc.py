@@ -146,9 +146,10 @@ class EngineCpu:
         return [(pid, "poller" if app == POLLER_APP else "backends") for pid, app in rows]
 
     def _sessions(self) -> int:
-        """Sessions ever opened to the database (pg_stat_database, flushed by a backend when
-        idle or at exit): its advance over the window counts connections the sampler may
-        never have seen (opened and closed between two samples)."""
+        """Sessions ever opened to the database (pg_stat_database). Its advance over the
+        window, less the backends seen born in it, bounds the connections the sampler never
+        saw (opened and closed between two samples) from above: an idle backend flushes its
+        connect up to ~10 s late, so one opened just before the window can count too."""
         if not self.conn:
             return 0
         self.conn.execute("select pg_stat_clear_snapshot()")
