@@ -2,7 +2,7 @@
 
     python -m prove [--quick | --full] [--scenarios S01,S02] [--seeds N]
                     [--systems runtime,temporal_idem,temporal_check] [--tiers 1,2,3]
-                    [--jobs 2] [--resume] [--no-report] [--no-stripe]
+                    [--jobs 4] [--resume] [--no-report] [--no-stripe]
                     [--crash-plans seeded|instrumented|external]
                     [--scenario-dir DIR] [--runs-dir DIR] [--temporal-port N] [--no-zygote]
 
@@ -45,7 +45,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", type=int, help="seeds per cell (overrides the scenario's)")
     ap.add_argument("--systems", help=f"comma list of {','.join(SYSTEMS)}")
     ap.add_argument("--tiers", help="comma list of tiers 1,2,3")
-    ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (2 on 2 cores)")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=4,
+        help="runs in parallel (4 on 2 cores: a run mostly waits on its faults; a "
+        "run the machine was too loaded for is a harness error and runs again)",
+    )
     ap.add_argument("--resume", action="store_true", help="reuse finished run files")
     ap.add_argument("--no-report", action="store_true", help="do not write results/")
     ap.add_argument(
