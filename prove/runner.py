@@ -869,8 +869,8 @@ class Run:
             if self.proxy is not None:
                 # Let the partition run its course (the cut-off sender's late commit is part
                 # of S08a), then heal in any case: nothing stays blackholed.
-                for t in self._timers:
-                    t.join(self.timing["run_timeout"])
+                for timer in self._timers:
+                    timer.join(self.timing["run_timeout"])
                 self.proxy.set_mode("pass")
                 time.sleep(PARTITION_AFTERMATH)
                 self.note("partition_over")
@@ -894,7 +894,8 @@ class Run:
                      f"start {pg_started} -> {pg_now}); not a measurement")  # fmt: skip
             self.note("error", error=error)
         late = harness_lateness(self.services, self.t0)
-        late_error = lateness.verdict(late, t.get("max_harness_lateness", lateness.DEFAULT_BOUND))
+        bound = self.timing.get("max_harness_lateness", lateness.DEFAULT_BOUND)
+        late_error = lateness.verdict(late, bound)
         if late_error and error is None:
             error = late_error
             self.note("error", error=error)

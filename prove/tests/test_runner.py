@@ -345,3 +345,16 @@ def test_a_run_the_harness_was_too_late_for_is_a_harness_error_and_run_again(
     assert "harness too late" in rec["error"] and rec["outcome"]["harness_error"]
     assert report.aggregate([s00], [rec]) == []
     assert report.lateness_summary([rec])["too_late"] == [rec["identity"]["run_id"]]
+
+
+def test_a_partition_run_records_its_timing_and_judges_its_lateness(services, tmp_path) -> None:
+    # Found in a sweep: the partition's timer threads were joined in a loop over `t`, which
+    # shadowed the timing constants: every S08a run ended in an AttributeError (and the
+    # timing constants of its record were a Thread's repr).
+    (s08a,) = load_all(["S08a"])
+    (rec,) = runner.sweep(services, runner.plan([s08a], 1, "quick", ["runtime"], [1]), tmp_path,
+                          jobs=1, progress=lambda _: None, retries=0)  # fmt: skip
+    assert rec["error"] is None, rec["faults"]["timeline"]
+    assert rec["timing_constants"] == s08a.variant("base").timing
+    assert rec["timings"]["harness_lateness"]["samples"] > 0
+    assert any(e["what"] == "partition_over" for e in rec["faults"]["timeline"])
