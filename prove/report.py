@@ -176,7 +176,10 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     den = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / den
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # exact at the ends: k = n has upper bound 1 and k = 0 lower bound 0 (not 1 - 1e-16)
+    lo = 0.0 if k == 0 else max(0.0, centre - half)
+    hi = 1.0 if k == n else min(1.0, centre + half)
+    return (lo, hi)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -663,8 +666,9 @@ def plot_correct(cells: list[dict], path: Path) -> str | None:
         pts = [c for c in local if c["system"] == system]
         ys = [ypos[(c["scenario"], c["tier"], c["variant"])] + (j - 1) * 0.25 for c in pts]
         xs = [100 * c["correct_rate"] for c in pts]
-        err = [[100 * (c["correct_rate"] - c["wilson95"][0]) for c in pts],
-               [100 * (c["wilson95"][1] - c["correct_rate"]) for c in pts]]  # fmt: skip
+        # max(0, ...): a bound may sit a rounding error inside its point estimate
+        err = [[max(0.0, 100 * (c["correct_rate"] - c["wilson95"][0])) for c in pts],
+               [max(0.0, 100 * (c["wilson95"][1] - c["correct_rate"])) for c in pts]]  # fmt: skip
         ax.errorbar(xs, ys, xerr=err, fmt="o", ms=4, capsize=2, color=colors.get(system),
                     label=LABEL.get(system, system))  # fmt: skip
     ax.set_yticks(range(len(rows)))

@@ -152,6 +152,9 @@ def test_wilson_and_verdicts() -> None:
     assert hi > 0.9999 and 0.96 < lo < 0.97
     lo, hi = report.wilson(0, 3)
     assert lo == 0.0 and 0.56 < hi < 0.57
+    # exact at the ends (a bound 1e-16 inside the estimate broke the plot's error bars)
+    assert all(report.wilson(n, n)[1] == 1.0 and report.wilson(0, n)[0] == 0.0
+               for n in range(1, 300))  # fmt: skip
     cell = lambda k, n, dup=0, blk=0: {  # noqa: E731
         "n": n, "correct_rate": k / n, "wilson95": list(report.wilson(k, n)),
         "per_1000": {"duplicate_applications": dup, "blocked_never_sent": blk}}  # fmt: skip
