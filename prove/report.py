@@ -49,14 +49,20 @@ DEVIATIONS = [
     "Temporal workers run with sticky_queue_schedule_to_start_timeout shortened from the SDK's "
     "10 s default (see each cell's timing constants): after a worker dies its workflow's next "
     "task waits that long on the dead worker's sticky queue. It changes resume latency only.",
-    "Crash plans (DESIGN B12): for half of the seeds of a crash scenario (the odd seeds: of "
-    "five seeds per cell, seeds 1 and 3) the instrumented kill point is replaced by an "
+    "Crash plans: the default sweep crashes every seed at the scenario's instrumented kill "
+    "point, so that each cell measures one fault and its n can decide; random crashes are "
+    "MIX's (crash 1 may be an external SIGKILL at a random time). The full sweep follows "
+    "DESIGN B12 (the `crash plans` column of section 2c says which a cell ran): for half of "
+    "the seeds of a crash scenario (the odd seeds) the instrumented kill point is replaced by an "
     "external SIGKILL of the armed workers at a seeded uniform time in [0, 2 s) after the "
     "approval (the spec says up to the cell's no-fault p99, which this sweep does not measure); "
     "each run file records the plan, the time and the pids. Predictions are for the "
     "instrumented point, so `held` counts instrumented runs only; the oracle judges every run. "
-    "S05b (crash before the approval) and S08 (no crash) keep their plan. `down` is a real "
-    "external SIGKILL of every other worker subprocess.",
+    "S05b (crash before the approval) and S08 (no crash) keep their plan. An external kill "
+    "that struck after the refund was applied makes the timeline's world event follow the "
+    "effect: such a run is judged by the event order (at most one application, of the approved "
+    "amount, none after the world changed), as MIX judges every run. `down` is a real external "
+    "SIGKILL of every other worker subprocess.",
     "One laptop (2 cores, shared by the sweep's parallel runs); Temporal is the dev server "
     "with SQLite, not a production deployment.",
     "Worker processes of both systems are forked from one process per sweep that imported "

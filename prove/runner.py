@@ -1116,6 +1116,24 @@ def evaluate(scn: Scenario, variant: Variant, system: str, tier: int, ledger: li
         return sum(1 for a in posts if a["arrival"] > t and a.get("status") == 200
                    and not (a.get("response") or {}).get("replayed"))  # fmt: skip
 
+    # An external SIGKILL at a random time may strike after the refund was already applied;
+    # a world event the timeline then plays "during the outage" came after the effect, which
+    # the scenario's oracle (written for an outage before the send) would wrongly call a
+    # failure. Such a run is judged by the event order, as MIX judges every run: at most one
+    # application, of the approved amount, none after the world changed.
+    applied = sorted(a["arrival"] for a in posts if a.get("status") == 200
+                     and not (a.get("response") or {}).get("replayed"))  # fmt: skip
+    world_at = min((t for k, t in world.items() if k in ("hand_refund", "revoke", "cancel")),
+                   default=None)  # fmt: skip
+    basis = "scenario oracle"
+    if external_crash and world_at is not None and applied and applied[0] < world_at:
+        basis = "event order (the external SIGKILL came after the effect was applied)"
+        failed = [f for f in (
+            f"agent_applications = {len(agent)}, expected le 1" if len(agent) > 1 else None,
+            "an amount other than the approved one" if any(r["amount"] != approved
+                                                           for r in agent) else None,
+            "applied after the world changed" if applied_after(world_at) else None) if f]  # fmt: skip
+
     pred = scn.prediction(system, tier, variant.name)
     observed = f"${q['total_cents'] / 100:.0f}" + (f" {status}" if status else "")
     expected = None
@@ -1133,6 +1151,7 @@ def evaluate(scn: Scenario, variant: Variant, system: str, tier: int, ledger: li
         "quantities": q,
         "oracle": oracle,
         "oracle_failures": failed,
+        "oracle_basis": basis,
         "correct": not failed,
         "expected": expected,
         "observed": observed,

@@ -358,3 +358,27 @@ def test_a_partition_run_records_its_timing_and_judges_its_lateness(services, tm
     assert rec["timing_constants"] == s08a.variant("base").timing
     assert rec["timings"]["harness_lateness"]["samples"] > 0
     assert any(e["what"] == "partition_over" for e in rec["faults"]["timeline"])
+
+
+def test_an_external_kill_after_the_effect_is_judged_by_the_event_order() -> None:
+    # S02's oracle (total $20, no agent refund) assumes the hand refund came during an
+    # outage before the send. A random external SIGKILL may strike after the refund was
+    # applied; the hand refund then follows the effect, which is correct, not a failure.
+    (s02,) = load_all(["S02"])
+    v = s02.variant("base")
+    post = {"method": "POST", "path": "/refunds", "arrival": 10.0, "status": 200, "response": {}}
+    agent = {"source": "agent", "amount": 2000}
+    hand = {"source": "hand", "amount": 2000}
+
+    def judge(external: bool, arrivals: list[float], rows: list[dict]) -> dict:
+        posts = [dict(post, arrival=t) for t in arrivals]
+        return runner.evaluate(s02, v, "runtime", 1, rows, posts, {"hand_refund": 11.0}, 2000,
+                               None, None, external_crash=external)  # fmt: skip
+
+    after = judge(True, [10.0], [agent, hand])
+    assert after["correct"] and after["oracle_basis"].startswith("event order")
+    assert not judge(False, [10.0], [agent, hand])["correct"]  # instrumented: the oracle's
+    late = judge(True, [10.0, 12.0], [agent, agent, hand])  # a second send after the change
+    assert not late["correct"] and len(late["oracle_failures"]) == 2
+    before = judge(True, [12.0], [agent, hand])  # the send came after the hand refund
+    assert not before["correct"] and before["oracle_basis"] == "scenario oracle"
