@@ -1189,11 +1189,9 @@ def version(dist: str) -> str | None:
 
 
 def git_facts() -> dict:
-    def git(*a: str) -> str:
-        r = subprocess.run(["git", *a], cwd=str(ROOT), capture_output=True, text=True)
-        return r.stdout.strip()
+    from prove import gitstate
 
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+    return {"commit": gitstate.commit(), "dirty": gitstate.dirty()}
 
 
 def machine_facts() -> dict:

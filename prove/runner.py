@@ -36,7 +36,7 @@ from typing import Any
 
 import psycopg
 
-from prove import lateness
+from prove import gitstate, lateness
 from prove.model_stub import ModelStub
 from prove.scenario import FAMILY, Scenario, Variant
 from prove.target import Target
@@ -90,10 +90,6 @@ class Services:
 def versions(admin_dsn: str) -> dict:
     import importlib.metadata as md
 
-    def git(*args: str) -> str:
-        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
-        return out.stdout.strip()
-
     with psycopg.connect(admin_dsn) as conn:
         pg = conn.execute("show server_version").fetchone()[0]
     try:
@@ -103,9 +99,8 @@ def versions(admin_dsn: str) -> dict:
     except Exception as e:  # noqa: BLE001 - reported, not fatal
         tcli = f"unknown ({e})"
     return {
-        "git_commit": git("rev-parse", "HEAD"),
-        # the sweep's own outputs (results/) do not make the code dirty
-        "git_dirty": bool(git("status", "--porcelain", "--", ".", ":!results")),
+        "git_commit": gitstate.commit(),
+        "git_dirty": gitstate.dirty(),  # results/ does not make the code dirty
         "postgres": pg,
         "postgres_port": psycopg.conninfo.conninfo_to_dict(admin_dsn).get("port"),
         "temporalio": md.version("temporalio"),
