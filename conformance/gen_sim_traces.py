@@ -24,11 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from prove import tlc
 
-from prove import tlc  # noqa: E402  (puts models/ on sys.path)
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT = Path(__file__).resolve().parent / "sim_traces"
 # Correct interlock configs: every tier, both event groups (G1: revoke, hand refund, cancel;

@@ -8,24 +8,37 @@ Prove harness adds its own runs as another source.
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+
+from interlock_runtime import Runtime, testing
+from interlock_runtime.testing import WorkerProcess, wait_for
+from prove.target import Target
+from prove.target_client import TargetAdmin
 
 REPO = Path(__file__).resolve().parents[1]
 FLOWS = REPO / "runtime" / "tests"
-if str(FLOWS) not in sys.path:
-    sys.path.insert(0, str(FLOWS))
 
-import flows  # noqa: E402
 
-from interlock_runtime import Runtime, testing  # noqa: E402
-from interlock_runtime.testing import WorkerProcess, wait_for  # noqa: E402
-from prove.target import Target  # noqa: E402
-from prove.target_client import TargetAdmin  # noqa: E402
+def _flows() -> ModuleType:
+    """runtime/tests/flows.py under the name `flows`, the module name the workers import it by
+    (their PYTHONPATH holds FLOWS); the one already imported when pytest collected it."""
+    if "flows" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("flows", FLOWS / "flows.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["flows"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["flows"]
+
+
+flows = _flows()
 
 PAYMENT = "pay_881"
 

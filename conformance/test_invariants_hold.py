@@ -7,19 +7,16 @@ no effect fails instead of passing vacuously.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from conformance.run_sources import SOURCES, run_source
+from interlock_runtime import db
+from interlock_runtime.invariants import INVARIANTS, Evidence
+from models import catalog
 
-from conformance.run_sources import SOURCES, run_source  # noqa: E402
-from interlock_runtime import db  # noqa: E402
-from interlock_runtime.invariants import INVARIANTS, Evidence  # noqa: E402
-from models import catalog  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 CATALOG = catalog.load()
 C_ROWS = sorted(name for name, inv in CATALOG.invariants.items() if "C" in inv.layers)

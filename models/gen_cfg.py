@@ -6,7 +6,7 @@ Each run (see catalog.Catalog.plan) gets two files named <config>__<suffix>:
         (so the witnesses of a hold run are checked in the same exploration);
   .cfg  the constants, SPECIFICATION, SYMMETRY (safety runs), and INVARIANT / PROPERTY lines.
 
-    python models/gen_cfg.py            # regenerate everything
+    python -m models.gen_cfg            # regenerate everything
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import shutil
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from models import catalog as catalog_mod
 
-import catalog as catalog_mod  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 GENERATED = HERE / "generated"
 HEADER = (

@@ -19,4 +19,4 @@ tlc-quick: setup
 
 # Regenerate models/generated/ only.
 tlc-gen: setup
-	$(BIN)/python models/gen_cfg.py
+	$(BIN)/python -m models.gen_cfg

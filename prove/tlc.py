@@ -31,12 +31,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from models import catalog as catalog_mod
+from models import gen_cfg
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
-sys.path.insert(0, str(MODELS))
-
-import catalog as catalog_mod  # noqa: E402
-import gen_cfg  # noqa: E402
 
 RESULTS = ROOT / "results"
 TRACES = RESULTS / "tlc_traces"

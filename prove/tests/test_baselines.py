@@ -24,20 +24,16 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-REPO = Path(__file__).resolve().parents[2]
-# `baselines` is not an installed package yet (pyproject lists interlock_runtime and prove):
-# import it from the repository root whatever the working directory.
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from baselines import MODES, refund
+from baselines.client import BaselineClient, reset_to_before_decision_cli
+from baselines.refund import activity_source, read_attempts, refund_temporal_check
+from interlock_runtime import db, local_postgres
+from prove.model_stub import ModelStub
+from prove.target import Target
+from prove.target_client import TargetAdmin
+from prove.temporal_server import TemporalDevServer
 
-from baselines import MODES, refund  # noqa: E402
-from baselines.client import BaselineClient, reset_to_before_decision_cli  # noqa: E402
-from baselines.refund import activity_source, read_attempts, refund_temporal_check  # noqa: E402
-from interlock_runtime import db, local_postgres  # noqa: E402
-from prove.model_stub import ModelStub  # noqa: E402
-from prove.target import Target  # noqa: E402
-from prove.target_client import TargetAdmin  # noqa: E402
-from prove.temporal_server import TemporalDevServer  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 PAY = "pay_881"
 GRANT = "grant-4471"

@@ -3,30 +3,15 @@ with an error naming the file and the entry.  Fast: no TLC."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from models import catalog, gen_cfg
+
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
-
-
-def _load_module(name: str, path: Path):
-    if name in sys.modules:
-        return sys.modules[name]
-    sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-catalog = _load_module("catalog", MODELS / "catalog.py")
-gen_cfg = _load_module("gen_cfg", MODELS / "gen_cfg.py")
 
 
 @pytest.fixture(scope="module")

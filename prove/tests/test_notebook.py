@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import nbformat
@@ -13,8 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_results_notebook_runs_top_to_bottom() -> None:
-    sys.path.insert(0, str(ROOT / "notebooks"))
-    import make_notebook
+    from notebooks import make_notebook
 
     committed = nbformat.read(ROOT / "notebooks" / "results.ipynb", as_version=4)
     # the committed notebook is the one make_notebook.py writes (nobody edits the JSON by hand)

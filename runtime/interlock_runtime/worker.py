@@ -375,7 +375,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def select_workflows(modules: list[str], only: str | None) -> list[WorkflowDef]:
-    defs = collect(importlib.import_module(m) for m in modules)
+    try:
+        loaded = [importlib.import_module(m) for m in modules]
+    except ModuleNotFoundError as exc:
+        # imported as Python imports anything: the module's directory must be on sys.path
+        raise SystemExit(
+            f"interlock worker: cannot import {exc.name!r}; put the directory that holds it on "
+            f"PYTHONPATH (or run `python -m interlock_runtime.worker` from that directory)"
+        ) from None
+    defs = collect(loaded)
     if not only:
         return defs
     wanted = {item.strip() for item in only.split(",") if item.strip()}
@@ -395,7 +403,6 @@ def main(argv: list[str] | None = None) -> int:
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
-    sys.path.insert(0, os.getcwd())
     defs = select_workflows(args.module, args.only)
     if not defs:
         print(f"interlock worker: no @workflow found in {', '.join(args.module)}", file=sys.stderr)

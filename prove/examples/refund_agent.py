@@ -1,6 +1,6 @@
 """End to end: an agent refunds a customer, a person approves, the worker dies after the send.
 
-    python runtime/examples/refund_agent.py [--stripe] [--dsn DSN] [--workdir DIR]
+    python -m prove.examples.refund_agent [--stripe] [--dsn DSN] [--workdir DIR]
 
 What it does, with real processes and real signals (EMULATED parts are labeled):
 
@@ -39,14 +39,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))  # `prove` (target, model stub, flows) from this checkout
+from interlock_runtime import Runtime, testing
+from prove.model_stub import ModelStub
+from prove.target import Target
+from prove.target_client import TargetAdmin
 
-from interlock_runtime import Runtime, testing  # noqa: E402
-from prove.model_stub import ModelStub  # noqa: E402
-from prove.target import Target  # noqa: E402
-from prove.target_client import TargetAdmin  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 PAYMENT = "pay_881"
 WF = "refund-case-4471"

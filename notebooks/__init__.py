@@ -1,0 +1,1 @@
+"""Notebook sources: make_notebook.py writes results.ipynb."""
