@@ -32,7 +32,6 @@ the round's evidence too and must hold.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from typing import Any
 from interlock_runtime.testing import wait_for
 from prove import driver
 from prove.driver import DriverRun, summarize
-from prove.runner import PAID, PAYMENT, REPO, RunnerError, _jsonable, start_ready_process
+from prove.runner import PAID, PAYMENT, REPO, RunnerError, _jsonable, child_env, start_ready_process
 from prove.target import Target
 from prove.target_client import TargetAdmin
 
@@ -252,8 +251,7 @@ class _TemporalWorkers:
     def start(self, wid: str, code: str, build_id: str) -> subprocess.Popen:
         rd = self.rd
         wid = f"r{rd.index}-{wid}"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env = child_env()
         cmd = [sys.executable, "-m", "baselines.versioning", "--address", self.address,
                "--task-queue", self.task_queue, "--deployment", self.deployment,
                "--build-id", build_id, "--code", code, "--target-url", rd.target.url,

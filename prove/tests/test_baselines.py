@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import os
 import queue
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from baselines import MODES, refund
 from baselines.client import BaselineClient, reset_to_before_decision_cli
 from baselines.refund import activity_source, read_attempts, refund_temporal_check
 from interlock_runtime import db, local_postgres
+from prove import runner
 from prove.model_stub import ModelStub
 from prove.target import Target
 from prove.target_client import TargetAdmin
@@ -122,8 +122,7 @@ def workers(tmp_path, temporal, stub, grants_dsn):
 
     def spawn(mode: str, tier: int, target_url: str, task_queue: str, wid: str,
               kill_at: str = "", extra: tuple[str, ...] = ()) -> Worker:  # fmt: skip
-        env = dict(os.environ, ILR_KILL_AT=kill_at)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env = dict(runner.child_env(), ILR_KILL_AT=kill_at)
         stderr_path = tmp_path / f"{wid}.stderr"
         cmd = [sys.executable, "-m", "baselines.worker", "--address", temporal.address,
                "--task-queue", task_queue, "--mode", mode, "--target-url", target_url,
