@@ -2,7 +2,7 @@
 
     python -m prove [--quick | --full] [--scenarios S01,S02] [--seeds N]
                     [--systems runtime,temporal_idem,temporal_check] [--tiers 1,2,3]
-                    [--jobs 4] [--resume] [--no-report] [--no-stripe]
+                    [--jobs 6] [--resume] [--no-report] [--no-stripe]
                     [--crash-plans seeded|instrumented|external]
                     [--scenario-dir DIR] [--runs-dir DIR] [--temporal-port N] [--no-zygote]
 
@@ -53,9 +53,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--jobs",
         type=int,
-        default=4,
-        help="runs in parallel (4 on 2 cores: a run mostly waits on its faults; a "
-        "run the machine was too loaded for is a harness error and runs again)",
+        default=6,
+        help="sweep slots (default 6 on 2 cores: most runs wait on their faults and take "
+        "one slot; a CPU-bound scenario declares a larger weight, MIX 3; a run the "
+        "machine was too loaded for is a harness error and runs again)",
     )
     ap.add_argument("--resume", action="store_true", help="reuse finished run files")
     ap.add_argument("--no-report", action="store_true", help="do not write results/")

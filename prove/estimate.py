@@ -1,6 +1,6 @@
 """How long a sweep of another size will take, from the run files of one that finished.
 
-    python -m prove.estimate [--runs-dir .data/prove/runs] [--full] [--jobs 4]
+    python -m prove.estimate [--runs-dir .data/prove/runs] [--full] [--jobs 6]
 
 For each scenario and system: the median wall time of one timeline run, or of one loop
 iteration, in the finished sweep; times the runs (iterations) the chosen size plans; summed
@@ -52,8 +52,10 @@ def estimate(runs_dir: Path, size: str, jobs: int, measured_jobs: int) -> dict:
         raise ValueError(f"no finished run files in {runs_dir}")
     total, cells, missing = 0.0, 0, []
     for scn in load_all(None):
-        for _, system, _ in scn.cells():
-            n_units = scn.seeds[size] * (int(scn.iterations.get(size) or 1) if scn.driver else 1)
+        for vname, system, _ in scn.cells():
+            n_units = scn.runs_per_cell(scn.variant(vname), size) * (
+                int(scn.iterations.get(size) or 1) if scn.driver else 1
+            )
             cost = unit.get((scn.id, system))
             if cost is None:
                 missing.append(f"{scn.id}/{system}")
@@ -70,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m prove.estimate", description=__doc__)
     ap.add_argument("--runs-dir", default=str(runner.DATA / "runs"))
     ap.add_argument("--full", action="store_true", help="estimate the full sweep")
-    ap.add_argument("--jobs", type=int, default=4)
-    ap.add_argument("--measured-jobs", type=int, default=4, help="jobs of the measured sweep")
+    ap.add_argument("--jobs", type=int, default=6, help="sweep slots")
+    ap.add_argument("--measured-jobs", type=int, default=6, help="slots of the measured sweep")
     args = ap.parse_args(argv)
     try:
         out = estimate(Path(args.runs_dir), "full" if args.full else "quick", args.jobs,

@@ -454,8 +454,8 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "concessions": CONCESSIONS, "claims": claim_results, "share": share,
         "lateness": lateness, "timing_rows": timing_rows(scns),
         "default_timing": ", ".join(f"{k} {v:g}" for k, v in DEFAULT_TIMING.items()),
-        "sizes": sorted({(s.id, s.seeds.get(size), (s.iterations or {}).get(size))
-                         for s in scns}),
+        "sizes": sorted({(f"{s.id} {v.name}" if v.seeds else s.id, s.runs_per_cell(v, size),
+                          (s.iterations or {}).get(size)) for s in scns for v in s.variants}),
     }  # fmt: skip
     text = render("runtime_prove.md.j2", context)
     md_path, js_path = out_dir / "runtime_prove.md", out_dir / "runtime_prove.json"

@@ -28,7 +28,6 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1249,10 +1248,10 @@ def plan(scns: list[Scenario], seeds: int | None, size: str, systems: list[str] 
     `apis` = ("stripe",) plans only those."""
     out = []
     for scn in scns:
-        n = seeds or scn.seeds[size]
         for vname, system, tier in scn.cells():
             if (systems and system not in systems) or (tiers and tier not in tiers):
                 continue
+            n = seeds or scn.runs_per_cell(scn.variant(vname), size)
             for api in apis:
                 if api == "stripe" and not (scn.id in STRIPE_SCENARIOS and tier == 1):
                     continue
@@ -1305,36 +1304,71 @@ def _sweep_once(services: Services, runs: list[tuple], out_dir: Path, jobs: int,
     t0, done, bad = time.time(), 0, 0
     total = len(todo)
     cost_all, cost_done = sum(expected_cost(it) for it in todo), 0.0
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futs = {pool.submit(run_one, services, *item[:5], out_dir, item[5]): item for item in todo}
-        for fut in as_completed(futs):
-            scn, variant, system, tier, seed, api = futs[fut]
-            try:
-                rec = fut.result()
-            except Exception as e:  # noqa: BLE001 - setup failure: record and go on
-                rec = {"identity": {"run_id": run_name(scn.id, variant.name, system, tier, seed,
-                                                       api),
-                                    "scenario": scn.id, "variant": variant.name,
-                                    "system": system, "tier": tier, "seed": seed, "api": api},
-                       "outcome": {"correct": False, "harness_error": repr(e)},
-                       "error": repr(e)}  # fmt: skip
-            results.append(rec)
-            done += 1
-            cost_done += expected_cost(futs[fut])
-            oc = rec["outcome"]
-            el = time.time() - t0
-            # weighted by each run's expected cost: the long runs go first, so a plain
-            # average over the runs done so far would overstate what is left
-            eta = el / cost_done * (cost_all - cost_done) if cost_done else 0.0
-            if rec.get("error"):  # neither correct nor incorrect: not a measurement
-                word = f"HARNESS ERROR ({rec['error']})"
-            else:
-                bad += 0 if oc.get("correct") else 1
-                word = "ok" if oc.get("correct") else "INCORRECT"
-            progress(f"[{done}/{total}] {rec['identity']['run_id']}: "
-                     f"{oc.get('observed', '?')} {word}"
-                     f" | incorrect so far {bad} | {el:.0f}s elapsed, ~{eta:.0f}s left")  # fmt: skip
+
+    def one(item: tuple) -> dict:
+        scn, variant, system, tier, seed, api = item
+        try:
+            return run_one(services, scn, variant, system, tier, seed, out_dir, api)
+        except Exception as e:  # noqa: BLE001 - setup failure: record and go on
+            return {"identity": {"run_id": run_name(scn.id, variant.name, system, tier, seed, api),
+                                 "scenario": scn.id, "variant": variant.name, "system": system,
+                                 "tier": tier, "seed": seed, "api": api},
+                    "outcome": {"correct": False, "harness_error": repr(e)},
+                    "error": repr(e)}  # fmt: skip
+
+    for item, rec in run_weighted(todo, one, slots=jobs, weight=lambda it: it[0].weight):
+        results.append(rec)
+        done += 1
+        cost_done += expected_cost(item)
+        oc = rec["outcome"]
+        el = time.time() - t0
+        # weighted by each run's expected cost: the long runs go first, so a plain
+        # average over the runs done so far would overstate what is left
+        eta = el / cost_done * (cost_all - cost_done) if cost_done else 0.0
+        if rec.get("error"):  # neither correct nor incorrect: not a measurement
+            word = f"HARNESS ERROR ({rec['error']})"
+        else:
+            bad += 0 if oc.get("correct") else 1
+            word = "ok" if oc.get("correct") else "INCORRECT"
+        progress(f"[{done}/{total}] {rec['identity']['run_id']}: "
+                 f"{oc.get('observed', '?')} {word}"
+                 f" | incorrect so far {bad} | {el:.0f}s elapsed, ~{eta:.0f}s left")  # fmt: skip
     return results
+
+
+def run_weighted(
+    items: list, work: Callable[[Any], Any], slots: int, weight: Callable[[Any], int]
+) -> Any:
+    """Yield (item, work(item)) as each finishes, running items on threads so that the weights
+    of the running ones never exceed `slots` (a weight above `slots` counts as `slots`). Items
+    start in the given order, except that when the next one does not fit a later, lighter
+    one may start first: sleepy runs fill the slots a CPU-bound run leaves free."""
+    slots = max(1, slots)
+    pending = list(items)
+    finished: queue.Queue = queue.Queue()
+    used, running = 0, 0
+
+    def body(item: Any, w: int) -> None:
+        try:
+            finished.put((item, w, work(item), None))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            finished.put((item, w, None, e))
+
+    while pending or running:
+        i = 0
+        while i < len(pending) and used < slots:
+            w = min(slots, max(1, int(weight(pending[i]))))
+            if used + w <= slots:
+                item = pending.pop(i)
+                used, running = used + w, running + 1
+                threading.Thread(target=body, args=(item, w), daemon=True).start()
+            else:
+                i += 1
+        item, w, out, err = finished.get()
+        used, running = used - w, running - 1
+        if err is not None:
+            raise err
+        yield item, out
 
 
 def expected_cost(item: tuple) -> float:

@@ -186,6 +186,8 @@ SCHEMA: dict[str, Any] = {
                     "params": {"type": "object"},
                     "timing": _timing,
                     "oracle": _oracle,
+                    # this variant's runs per cell, when it needs more than the scenario's
+                    "seeds": _sizes,
                 },
             },
         },
@@ -197,6 +199,10 @@ SCHEMA: dict[str, Any] = {
         # private: each run gets its own Postgres cluster (runtime) or Temporal dev server, so
         # a server crash (S10) hits nobody else's run
         "servers": {"enum": ["shared", "private"]},
+        # how much of the machine one run occupies, in sweep slots (--jobs is the number of
+        # slots): most runs wait on their faults (1); a run that keeps the CPU busy throughout
+        # (MIX builds a world per iteration) takes more, so fewer of it run at once
+        "weight": {"type": "integer", "minimum": 1, "maximum": 8},
         "oracle": _oracle,
         "predicted": {
             "type": "array",
@@ -246,6 +252,7 @@ class Variant:
     params: dict[str, Any]
     timing: dict[str, float]
     oracle: dict[str, Any]
+    seeds: dict[str, int] | None = None  # None: the scenario's
 
 
 @dataclass(frozen=True)
@@ -264,11 +271,16 @@ class Scenario:
     driver: str | None = None  # module:function for a loop scenario (prove/driver.py)
     iterations: dict[str, int] = field(default_factory=dict)
     servers: str = "shared"
+    weight: int = 1  # sweep slots one run occupies
     path: str = ""
     raw: dict = field(default_factory=dict, repr=False)
 
     def variant(self, name: str) -> Variant:
         return next(v for v in self.variants if v.name == name)
+
+    def runs_per_cell(self, variant: Variant, size: str) -> int:
+        """The fixed n of a cell (seeds; a loop scenario's iterations come on top)."""
+        return (variant.seeds or self.seeds)[size]
 
     def steps(self, system: str, variant: Variant) -> list[tuple[str, dict]]:
         """The timeline for one system and variant: (action, args) with `$param` and per-family
@@ -513,6 +525,7 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
             tiers=tuple(v.get("tiers") or data["tiers"]),
             params={**base_params, **(v.get("params") or {})},
             timing={**timing, **(v.get("timing") or {})}, oracle=oracle,
+            seeds=dict(v["seeds"]) if v.get("seeds") else None,
         ))  # fmt: skip
     return Scenario(
         id=data["id"], title=data["title"], description=data["description"].strip(),
@@ -521,7 +534,7 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
         invariants=tuple(data["invariants"]), seeds=dict(data["seeds"]),
         emulated=tuple(data.get("emulated") or ()), driver=data.get("driver"),
         iterations=dict(data.get("iterations") or {}), servers=data.get("servers", "shared"),
-        path=str(path), raw=data,
+        weight=int(data.get("weight", 1)), path=str(path), raw=data,
     )  # fmt: skip
 
 
