@@ -13,6 +13,9 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[all]'
+	@# the development packages (world, prove, baselines, conformance, models) are not in the
+	@# wheel: the checkout goes on the virtualenv's path, and on no other
+	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "interlock-dev.pth").write_text(str(pathlib.Path.cwd()) + "\n")'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -29,6 +32,7 @@ pg-status: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 format: setup
 	$(BIN)/ruff format .

@@ -4,7 +4,7 @@
 #
 #   run_tlc.sh [-workers N] [-heap SIZE] [-metadir DIR] MODEL.tla MODEL.cfg [extra TLC options]
 #
-# with -tool (tagged output that prove/tlc.py parses) and -deadlock (TLC 2.15 does not know the
+# with -tool (tagged output that models/tlc.py parses) and -deadlock (TLC 2.15 does not know the
 # cfg keyword CHECK_DEADLOCK; a bounded clock ends every behaviour, so stopping is not an error).
 # Modules EXTENDed by MODEL.tla are looked up in models/ (TLA-Library).
 # Exit codes: TLC's own, or 3 no java, 4 no jar, 5 jar checksum mismatch, 2 usage.

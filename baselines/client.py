@@ -150,7 +150,7 @@ def reset_to_before_decision_cli(
     binary: str | None = None,
 ) -> str:
     """``temporal workflow reset --type FirstWorkflowTask``; returns the new run id."""
-    from prove.temporal_server import find_binary
+    from world.temporal_server import find_binary
 
     cmd = [binary or find_binary(), "workflow", "reset", "--address", address,
            "--namespace", namespace, "--workflow-id", workflow_id,

@@ -59,8 +59,8 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from interlock_runtime import killpoints
-    from prove.model_stub import decide_amount
-    from prove.target_client import LocalRefunds, TargetRejected
+    from world.model_stub import decide_amount
+    from world.target_client import LocalRefunds, TargetRejected
 
 from . import MODES
 
@@ -162,7 +162,7 @@ class HttpTarget:
 
     def _client(self, payment: str | None = None) -> LocalRefunds:
         if self.api == "stripe":  # EMULATED: the stripe SDK against the local /v1 subset
-            from prove.stripe_target import StripeRefunds
+            from world.stripe_target import StripeRefunds
 
             return StripeRefunds(self.url, payment or self.payment, self.tier,
                                  send_timeout=self.timeout)  # fmt: skip

@@ -44,7 +44,7 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy, VersioningBehavior, WorkerDeploymentVersion
 
 with workflow.unsafe.imports_passed_through():
-    from prove.target_client import LocalRefunds
+    from world.target_client import LocalRefunds
 
 from baselines import MODES
 from baselines.client import BaselineClient

@@ -55,7 +55,7 @@ async def _connect(address: str, namespace: str, timeout: float, identity: str) 
 
 
 async def run(args: argparse.Namespace) -> int:
-    from prove.model_stub import warm_sdk
+    from world.model_stub import warm_sdk
 
     warm_sdk()  # the SDK's first import is not decision latency (as the runtime's worker)
     identity = f"{args.id}@{os.getpid()}"

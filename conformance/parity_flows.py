@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from interlock_runtime import workflow
-from prove.target_client import LocalRefunds
+from world.target_client import LocalRefunds
 
 PAYMENT = "pay_881"
 PAID = 10000

@@ -19,8 +19,8 @@ from types import ModuleType
 
 from interlock_runtime import Runtime, testing
 from interlock_runtime.testing import WorkerProcess, wait_for
-from prove.target import Target
-from prove.target_client import TargetAdmin
+from world.target import Target
+from world.target_client import TargetAdmin
 
 REPO = Path(__file__).resolve().parents[1]
 FLOWS = REPO / "runtime" / "tests"

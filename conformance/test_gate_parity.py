@@ -1,7 +1,7 @@
 """The differential parity test of the gated effect (spec 1 item 4, 5.7; issue "Gated effects").
 
 For each fault at tiers 1, 2 and 3 the same scenario drives two worlds:
-- the runtime: real worker subprocesses, the real local target (prove/target.py), real
+- the runtime: real worker subprocesses, the real local target (world/target.py), real
   SIGKILL at the kill points effect_after_dispatch / effect_after_send, then a successor worker;
 - the reference (conformance/gate_reference.py): the decision table written from the spec,
   in memory, with a simulated clock.
@@ -36,8 +36,8 @@ from conformance.conftest import conformance_template, start_worker
 from conformance.gate_reference import CRASHED, GateReference, RefTarget
 from interlock_runtime import Runtime, db, journal, receipts, testing
 from interlock_runtime.testing import WorkerProcess, wait_for
-from prove.target import Target
-from prove.target_client import TargetAdmin
+from world.target import Target
+from world.target_client import TargetAdmin
 
 DYING_TTL = 1.5  # lease of a worker that will be killed: the successor claims soon after
 LIVE_TTL = 5.0  # lease of the workers that finish the cells (no takeover from them)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from conformance.invariants import INVARIANTS, Evidence
 from conformance.run_sources import SOURCES, run_source
 from interlock_runtime import db
-from interlock_runtime.invariants import INVARIANTS, Evidence
 from models import catalog
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,13 +8,13 @@ import time
 
 import pytest
 
+from conformance.invariants import Evidence, check_all
 from conformance.run_sources import FLOWS, flows
 from interlock_runtime import Runtime, db, local_postgres, testing
-from interlock_runtime.invariants import Evidence, check_all
 from interlock_runtime.testing import WorkerProcess, wait_for
-from prove.fault_proxy import FaultProxy
-from prove.target import Target
-from prove.target_client import TargetAdmin
+from world.fault_proxy import FaultProxy
+from world.target import Target
+from world.target_client import TargetAdmin
 
 N = 200
 LANDED = ("COMMITTED", "COMMITTED_ON_QUERY", "REAPPLIED_AFTER_QUERY")

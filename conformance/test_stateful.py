@@ -36,18 +36,19 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from conformance.invariants import check_all, snapshot
 from conformance.run_sources import FLOWS, PAYMENT, flows
 from interlock_runtime import Runtime, WorkflowFinished, db, testing
-from interlock_runtime.invariants import check_all, snapshot
 from interlock_runtime.testing import WorkerProcess
-from prove.target_client import TargetAdmin
+from interlock_runtime.vocabulary import TERMINAL_STATUSES
+from world.target_client import TargetAdmin
 
 LONG = os.environ.get("ILR_LONG") == "1"
 SEED = int(os.environ.get("ILR_STATEFUL_SEED") or random.SystemRandom().randrange(2**32))
 KILL_POINTS = [None, None, "effect_after_send", "effect_after_dispatch", "step_before_record",
                "decide_after_response", "claimed"]  # fmt: skip
 CONTROL = "pay_ctl"  # the drain's control refund: no rule touches this payment
-TERMINAL = ("completed", "failed", "cancelled", "stuck", "continued")
+TERMINAL = TERMINAL_STATUSES
 TALLY = {"examples": 0, "workers": 0, "sends": 0, "applied": 0}
 FAILURES: list[str] = []
 
@@ -76,11 +77,11 @@ def recorded(fn):
 
 
 class TargetProcess:
-    """The payment target in its own process (python -m prove.target), as in the harness: the
+    """The payment target in its own process (python -m world.target), as in the harness: the
     test process runs Hypothesis and the checks, and must not also serve the workers' HTTP."""
 
     def __init__(self, tier: int, db_path: Path):
-        self.proc = subprocess.Popen([sys.executable, "-m", "prove.target", "--tier", str(tier),
+        self.proc = subprocess.Popen([sys.executable, "-m", "world.target", "--tier", str(tier),
                                       "--port", "0", "--db", str(db_path)],
                                      stdout=subprocess.PIPE, text=True)  # fmt: skip
         self.url = json.loads(self.proc.stdout.readline())["url"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import signal
 
+from conformance.invariants import Evidence, check_all
 from conformance.trace_replay import REPO, replay_signals
 from interlock_runtime import Runtime, db
-from interlock_runtime.invariants import Evidence, check_all
 from interlock_runtime.testing import WorkerProcess, wait_for
 
 RACERS = 8

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock_runtime import workflow
+from interlock_runtime.vocabulary import TERMINAL_STATUSES
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / "results" / "tlc_traces"
@@ -65,7 +66,7 @@ class UnknownAction(Exception):
 def replay_refund(ctx, case):
     """The model's workflow: one plain step, then one gated effect under a policy grant of
     max 2000 cents (the model's Payload0; a redecided 3000 is not covered)."""
-    from prove.target_client import LocalRefunds
+    from world.target_client import LocalRefunds
 
     target = LocalRefunds(case["target_url"], PAYMENT, case["tier"],
                           send_timeout=case["send_timeout"], settle_margin=case["settle_margin"],
@@ -457,7 +458,7 @@ def _holds(
 
 
 # ------------------------------------------------------------------ the driver
-TERMINAL = ("completed", "failed", "cancelled", "stuck", "continued")
+TERMINAL = TERMINAL_STATUSES
 RUN_ENDS = ("completed", "fenced", "suspended", "abandoned", "cancelled", "failed", "stuck",
             "released", "continued")  # fmt: skip
 
@@ -466,7 +467,7 @@ class _TargetProcess:
     """The payment target in its own process, as in the harness."""
 
     def __init__(self, tier: int, db_path: Path):
-        self.proc = subprocess.Popen([sys.executable, "-m", "prove.target", "--tier", str(tier),
+        self.proc = subprocess.Popen([sys.executable, "-m", "world.target", "--tier", str(tier),
                                       "--port", "0", "--db", str(db_path)], cwd=str(REPO),
                                      stdout=subprocess.PIPE, text=True)  # fmt: skip
         self.url = json.loads(self.proc.stdout.readline())["url"]
@@ -548,7 +549,7 @@ class Replay:
         return any(e.get("event") in RUN_ENDS for e in p.events()[mark:])
 
     def _posts(self) -> list[dict]:
-        from prove.target_client import TargetAdmin
+        from world.target_client import TargetAdmin
 
         return [r for r in TargetAdmin(self.target.url).log(method="POST")
                 if r["path"].rstrip("/").endswith("refunds") and r.get("key")]  # fmt: skip
@@ -574,7 +575,7 @@ class Replay:
     # -- ops --------------------------------------------------------------------------------
     def do(self, op: Op) -> None:
         from interlock_runtime import WorkflowFinished
-        from prove.target_client import TargetAdmin
+        from world.target_client import TargetAdmin
 
         admin = TargetAdmin(self.target.url)
         self.mark(f"{op.kind}@{op.index}")
@@ -657,7 +658,7 @@ class Replay:
             raise UnknownAction(op.kind)
 
     def _run(self, op: Op) -> None:
-        from prove.target_client import TargetAdmin
+        from world.target_client import TargetAdmin
 
         w = op.worker
         p = self.procs.get(w)
@@ -700,9 +701,9 @@ class Replay:
 
     # -- the whole replay -------------------------------------------------------------------
     def run(self) -> ReplayResult:
+        from conformance.invariants import check_all, snapshot
         from interlock_runtime import Runtime, db, testing
-        from interlock_runtime.invariants import check_all, snapshot
-        from prove.target_client import TargetAdmin
+        from world.target_client import TargetAdmin
 
         t0 = time.monotonic()
         c = self.t.consts
@@ -792,9 +793,9 @@ class Replay:
     def _live_check(self) -> dict:
         """Every check at the trace's last state, the processes still where the model left
         them (the model's violation, if any, is in that state)."""
+        from conformance.invariants import check_all, snapshot
         from interlock_runtime import db
-        from interlock_runtime.invariants import check_all, snapshot
-        from prove.target_client import TargetAdmin
+        from world.target_client import TargetAdmin
 
         admin = TargetAdmin(self.target.url)
         events = [e for p in self.all_procs for e in p.events()]
@@ -806,7 +807,7 @@ class Replay:
         """After the schedule the world runs freely: every process goes on, a healthy worker
         joins if none is left, and the workflow ends (or waits on a signal the model's
         Signals workflow needs)."""
-        from prove.target_client import TargetAdmin
+        from world.target_client import TargetAdmin
 
         TargetAdmin(self.target.url).set_delay(0)
         if self._signal_thread is not None:

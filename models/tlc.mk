@@ -10,12 +10,12 @@ TLC_HEAP ?= 3g
 
 # The whole matrix: results/runtime_tlc.md, results/runtime_tlc.json, results/tlc_traces/.
 tlc: setup
-	$(BIN)/python -m prove.tlc --jobs $(TLC_JOBS) --workers $(TLC_WORKERS) --heap $(TLC_HEAP)
+	$(BIN)/python -m models.tlc --jobs $(TLC_JOBS) --workers $(TLC_WORKERS) --heap $(TLC_HEAP)
 
 # Signals, one interlock tier, two broken configs (under 3 minutes); writes nothing, exits
 # non-zero when an outcome disagrees with the catalog or a run errors.
 tlc-quick: setup
-	$(BIN)/python -m prove.tlc --quick --jobs $(TLC_JOBS) --workers $(TLC_WORKERS) --heap $(TLC_HEAP)
+	$(BIN)/python -m models.tlc --quick --jobs $(TLC_JOBS) --workers $(TLC_WORKERS) --heap $(TLC_HEAP)
 
 # Regenerate models/generated/ only.
 tlc-gen: setup

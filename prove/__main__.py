@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         temporal = None
         if need_temporal:
-            from prove.temporal_server import TemporalDevServer
+            from world.temporal_server import TemporalDevServer
 
             db_file = out_dir.parent / "temporal.db"
             db_file.parent.mkdir(parents=True, exist_ok=True)

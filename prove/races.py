@@ -142,9 +142,9 @@ class _Bench:
     def __init__(self, dr: DriverRun, target_delay_ms: float = 0.0,
                  stub_delay_ms: float = 0.0) -> None:  # fmt: skip
         from interlock_runtime.testing import fresh_database
-        from prove.model_stub import ModelStub
         from prove.runner import SYSTEMS
-        from prove.target import Target
+        from world.model_stub import ModelStub
+        from world.target import Target
 
         self.dr = dr
         self.family = "runtime" if dr.system == "runtime" else "temporal"
@@ -184,7 +184,7 @@ class _Bench:
 
     def facts_seen(self, payment: str) -> dict:
         """The premises the decision captures (read now: the payment is fresh and unchanged)."""
-        from prove.target_client import LocalRefunds
+        from world.target_client import LocalRefunds
 
         return LocalRefunds(self.target.url, payment, self.dr.tier).capture()
 

@@ -32,14 +32,14 @@ LABEL = {"runtime": "runtime", "temporal_idem": "(a) temporal_idem",
          "temporal_check": "(b) temporal_check"}  # fmt: skip
 
 EMULATED = [
-    "EMULATED model variance: prove/model_stub.py serves the Anthropic Messages API shape; both "
+    "EMULATED model variance: world/model_stub.py serves the Anthropic Messages API shape; both "
     "systems call it through the official anthropic SDK with base_url pointed at it (2000 on a "
     "case's first call, 3000 on later calls when re-decision is on). Claude cannot be reached.",
     "EMULATED key expiry (S04 only): POST /admin/prune_keys on the local target forgets stored "
     "idempotency keys at once, standing in for Stripe's 24 h pruning.",
-    "EMULATED payment provider: the local target (prove/target.py, SQLite ledger, tiers 1/2/3) "
+    "EMULATED payment provider: the local target (world/target.py, SQLite ledger, tiers 1/2/3) "
     "stands in for Stripe; Stripe live mode cannot be reached, so no Stripe-live table is run.",
-    "EMULATED Stripe (section 3 only): the official stripe SDK (prove/stripe_target.py "
+    "EMULATED Stripe (section 3 only): the official stripe SDK (world/stripe_target.py "
     "StripeRefunds; in both Temporal activities the same StripeRefunds calls) pointed at the "
     "local target's Stripe-compatible /v1 subset (form-encoded POST /v1/refunds with "
     "Idempotency-Key, GET /v1/refunds filtered by metadata, GET /v1/payment_intents).",

@@ -36,10 +36,10 @@ from typing import Any
 import psycopg
 
 from prove import gitstate, lateness
-from prove.model_stub import ModelStub
 from prove.scenario import FAMILY, Scenario, Variant
-from prove.target import Target
-from prove.target_client import TargetAdmin
+from world.model_stub import ModelStub
+from world.target import Target
+from world.target_client import TargetAdmin
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / ".data" / "prove"
@@ -92,7 +92,7 @@ def versions(admin_dsn: str) -> dict:
     with psycopg.connect(admin_dsn) as conn:
         pg = conn.execute("show server_version").fetchone()[0]
     try:
-        from prove.temporal_server import cli_version
+        from world.temporal_server import cli_version
 
         tcli = cli_version()
     except Exception as e:  # noqa: BLE001 - reported, not fatal
@@ -252,7 +252,8 @@ class RuntimeSystem:
         return out.get("status") if isinstance(out, dict) else None
 
     def artifacts(self, ledger: list[dict], access_log: list[dict]) -> dict:
-        from interlock_runtime import db, invariants, receipts
+        from conformance import invariants
+        from interlock_runtime import db, receipts
 
         wf = self.run.wf_id
         d = self.rt.describe(wf)
@@ -551,7 +552,7 @@ class Run:
 
     def proxy_for(self, upstream: tuple[str, int]) -> int:
         """The port of this run's fault proxy in front of `upstream` (one per run)."""
-        from prove.fault_proxy import FaultProxy
+        from world.fault_proxy import FaultProxy
 
         if self.proxy is None:
             self.proxy = FaultProxy(upstream).start()
@@ -847,7 +848,7 @@ class Run:
                     fresh_database(self.services.admin_dsn, self.services.template)
                 )
             if private and FAMILY[self.system] == "temporal":
-                from prove.temporal_server import TemporalDevServer
+                from world.temporal_server import TemporalDevServer
 
                 self.private_temporal = TemporalDevServer(self.dir / "temporal.db", port=0)
                 self.stack.callback(self.private_temporal.kill)
@@ -953,7 +954,7 @@ class Run:
 
 
 STRIPE_EMULATED = (
-    "the official stripe SDK (runtime: prove.stripe_target.StripeRefunds; Temporal: the same "
+    "the official stripe SDK (runtime: world.stripe_target.StripeRefunds; Temporal: the same "
     "StripeRefunds calls inside both activities) pointed at the local target's Stripe-compatible "
     "/v1 subset; Stripe cannot be reached from this machine"
 )
@@ -991,7 +992,7 @@ class PrivatePostgres:
     with its own port and data directory, so S10's crash hits no other run."""
 
     def __init__(self, root: Path) -> None:
-        from prove.temporal_server import free_port
+        from world.temporal_server import free_port
 
         self.root = root
         self.port = free_port()

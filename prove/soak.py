@@ -4,7 +4,7 @@ and cancels, then every catalog invariant over the evidence.
     python -m prove.soak [--workflows 10000] [--minutes 20] [--workers 4] [--seed N] [--out DIR]
 
 What runs (all real): a fresh database on the project's Postgres cluster; three payment targets
-(prove/target.py), one per tier, each in its own process; `--workers` worker subprocesses
+(world/target.py), one per tier, each in its own process; `--workers` worker subprocesses
 (`python -m interlock_runtime.worker --module prove.soak_flows`); this process starts the
 workflows (tiers 1, 2 and 3 mixed; one payment each), approves them (half at once, half once
 they wait for the approval, with the premises their decision saw) and makes the chaos:
@@ -18,7 +18,7 @@ they wait for the approval, with the premises their decision saw) and makes the 
 
 Starts are paced over the run's length minus a drain reserve; then the chaos stops, every
 started workflow must reach a terminal state (else it is lost), and the invariants of
-runtime/interlock_runtime/invariants.py run over the database, the targets' ledgers and access
+conformance/invariants.py run over the database, the targets' ledgers and access
 logs and every worker's event log (also on samples during the run, `--sample-every`).
 
 Writes soak.md and soak.json to --out (default results/) with versions, seed, commit, date and
@@ -45,17 +45,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conformance.invariants import check_all, snapshot
 from interlock_runtime import Runtime, WorkflowFinished, db, testing
-from interlock_runtime.invariants import check_all, snapshot
 from interlock_runtime.testing import WorkerProcess
+from interlock_runtime.vocabulary import TERMINAL_STATUSES
 from prove.bench import git_facts, machine_facts, pct, version
 from prove.scrub import scrub
 from prove.soak_flows import EMULATED, soak_refund
-from prove.target_client import TargetAdmin
+from world.target_client import TargetAdmin
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-TERMINAL = ("completed", "failed", "cancelled", "stuck", "continued")
+TERMINAL = TERMINAL_STATUSES
 TIERS = (1, 2, 3)
 PAID, AMOUNT, HAND = 10000, 2000, 1000  # cents: each case's payment, its refund, a hand refund
 FLAT_MIB_PER_MIN = 0.5
@@ -91,14 +92,14 @@ DEFAULTS: dict[str, Any] = {
 
 
 class TargetProcess:
-    """One payment target (python -m prove.target) in its own process, its tier fixed."""
+    """One payment target (python -m world.target) in its own process, its tier fixed."""
 
     def __init__(self, tier: int, ledger: Path) -> None:
         self.tier = tier
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))  # fmt: skip
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "prove.target", "--tier", str(tier), "--port", "0",
+            [sys.executable, "-m", "world.target", "--tier", str(tier), "--port", "0",
              "--db", str(ledger)],
             stdout=subprocess.PIPE, text=True, cwd=str(ROOT), env=env,
         )  # fmt: skip

@@ -11,7 +11,7 @@ refund on one case never makes another case's premises stale).
 from __future__ import annotations
 
 from interlock_runtime import workflow
-from prove.target_client import LocalRefunds
+from world.target_client import LocalRefunds
 
 EMULATED = "EMULATED model: the amount is a fixed answer computed in the worker, not a model call"
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from interlock_runtime import workflow
 from prove.flows import decide_approve_refund
-from prove.model_stub import decide_amount
-from prove.stripe_target import StripeRefunds
+from world.model_stub import decide_amount
+from world.stripe_target import StripeRefunds
 
 
 def stripe_target(case: dict) -> StripeRefunds:

@@ -26,7 +26,7 @@ a rollout, which the refund timeline's actions cannot say. One round, on each sy
 Each round yields three iterations, one per property: `pinned`, `drain`, `changed_code`.
 Ground truth is the target's ledger and access log: every refund carries metadata {wf, code},
 so the ledger says which code sent each workflow's effect. The runtime's own checks
-(interlock_runtime.invariants, VersionPinned and NonDeterminismLoud among all of them) run over
+(conformance.invariants, VersionPinned and NonDeterminismLoud among all of them) run over
 the round's evidence too and must hold.
 """
 
@@ -45,8 +45,8 @@ from interlock_runtime.testing import wait_for
 from prove import driver
 from prove.driver import DriverRun, summarize
 from prove.runner import PAID, PAYMENT, REPO, RunnerError, _jsonable, child_env, start_ready_process
-from prove.target import Target
-from prove.target_client import TargetAdmin
+from world.target import Target
+from world.target_client import TargetAdmin
 
 DEFAULTS: dict[str, Any] = {
     "workflows": 10,  # v1 workflows sleeping through the rollout
@@ -104,7 +104,8 @@ class Round:
 
 
 def _runtime_round(rd: Round) -> None:
-    from interlock_runtime import Runtime, db, invariants
+    from conformance import invariants
+    from interlock_runtime import Runtime, db
     from interlock_runtime.testing import WorkerProcess, fresh_database
     from prove.versioning_flows import NAME, s14_v1
 

@@ -17,7 +17,7 @@ Both versions have the same shape, so what a worker ran is visible in the world:
 from __future__ import annotations
 
 from interlock_runtime import workflow
-from prove.target_client import LocalRefunds
+from world.target_client import LocalRefunds
 
 NAME = "s14_flow"
 

@@ -46,7 +46,7 @@ PRELOAD = (
     "baselines.worker",
     "prove.flows",
     "prove.stripe_flows",
-    "prove.model_stub",
+    "world.model_stub",
     "anthropic",
     "temporalio.worker",
 )

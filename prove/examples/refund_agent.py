@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 
 from interlock_runtime import Runtime, testing
-from prove.model_stub import ModelStub
-from prove.target import Target
-from prove.target_client import TargetAdmin
+from world.model_stub import ModelStub
+from world.target import Target
+from world.target_client import TargetAdmin
 
 REPO = Path(__file__).resolve().parents[2]
 

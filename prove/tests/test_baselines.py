@@ -28,10 +28,10 @@ from baselines.client import BaselineClient, reset_to_before_decision_cli
 from baselines.refund import activity_source, read_attempts, refund_temporal_check
 from interlock_runtime import db, local_postgres
 from prove import runner
-from prove.model_stub import ModelStub
-from prove.target import Target
-from prove.target_client import TargetAdmin
-from prove.temporal_server import TemporalDevServer
+from world.model_stub import ModelStub
+from world.target import Target
+from world.target_client import TargetAdmin
+from world.temporal_server import TemporalDevServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -388,7 +388,7 @@ def test_kill_after_send_tier2(mode, tmp_path, target, workers, client):
 
 
 def test_worker_without_a_server_exits_with_a_message(tmp_path):
-    from prove.temporal_server import free_port
+    from world.temporal_server import free_port
 
     cmd = [sys.executable, "-m", "baselines.worker", "--address", f"127.0.0.1:{free_port()}",
            "--task-queue", "tq", "--mode", "temporal_idem", "--target-url", "http://127.0.0.1:9",

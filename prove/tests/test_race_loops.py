@@ -14,7 +14,7 @@ import pytest
 from interlock_runtime.testing import admin_dsn, template_database
 from prove import races, runner
 from prove.scenario import load_all
-from prove.temporal_server import TemporalDevServer
+from world.temporal_server import TemporalDevServer
 
 
 @pytest.fixture(scope="module")

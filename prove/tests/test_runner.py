@@ -19,8 +19,8 @@ from interlock_runtime.testing import admin_dsn, template_database
 from prove import report, runner
 from prove.lateness import LatenessMonitor
 from prove.scenario import load_all
-from prove.temporal_server import TemporalDevServer
 from prove.zygote import Zygote
+from world.temporal_server import TemporalDevServer
 
 
 @pytest.fixture(scope="module")
@@ -239,8 +239,8 @@ def test_the_ground_truth_waits_for_a_refund_still_in_flight(tmp_path) -> None:
     # still being processed, and the ledger read then missed the duplicate it made.
     import threading
 
-    from prove.target import Target
-    from prove.target_client import LocalRefunds, TargetAdmin
+    from world.target import Target
+    from world.target_client import LocalRefunds, TargetAdmin
 
     (s08c,) = load_all(["S08c"])
     run = runner.Run(runner.Services("unused", "unused"), s08c, s08c.variant("base"),

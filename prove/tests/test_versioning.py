@@ -18,7 +18,7 @@ import pytest
 from interlock_runtime.testing import admin_dsn, template_database
 from prove import driver, runner, versioning
 from prove.scenario import load_all
-from prove.temporal_server import TemporalDevServer
+from world.temporal_server import TemporalDevServer
 
 FAST = {"sleep_seconds": 3, "changed_sleep_seconds": 3, "observe_seconds": 1.5}
 

@@ -34,6 +34,7 @@ from psycopg import sql
 from . import db, journal, killpoints
 from .errors import Fenced, InvalidInput, Suspend, TargetRejected
 from .events import emit
+from .vocabulary import LANDED_RESULTS, ResultStatus
 
 if TYPE_CHECKING:
     from .context import WorkflowContext
@@ -46,13 +47,7 @@ TARGET_DEFAULTS = {"send_timeout": 35.0, "settle_margin": 10.0, "premise_max_age
                    "breaker_cooldown": 60.0}  # fmt: skip
 _FUNCTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
-STATUSES = (
-    "COMMITTED", "DUPLICATE_IGNORED", "COMMITTED_BY_RETRY", "COMMITTED_ON_QUERY",
-    "REAPPLIED_AFTER_QUERY", "AMBIGUOUS", "REFUSED:lease", "REFUSED:stale_premise",
-    "REFUSED:conflicting_payload", "REFUSED:cancelled", "REFUSED:target_error",
-    "REFUSED:lease_at_recovery", "REFUSED:stale_premise_at_recovery", "REFUSED:circuit_open",
-    "POSTCONDITION_FAILED",
-)  # fmt: skip
+STATUSES = ResultStatus.values()
 
 
 @dataclass(frozen=True)
@@ -68,8 +63,7 @@ class EffectResult:
     @property
     def landed(self) -> bool:
         """True when the effect is known to have happened (by this call or an earlier one)."""
-        return self.status in ("COMMITTED", "DUPLICATE_IGNORED", "COMMITTED_BY_RETRY",
-                               "COMMITTED_ON_QUERY", "REAPPLIED_AFTER_QUERY")  # fmt: skip
+        return self.status in LANDED_RESULTS
 
 
 class EffectRefused(Exception):

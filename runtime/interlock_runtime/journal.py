@@ -21,19 +21,10 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-KINDS = (
-    "PROPOSED",
-    "AUTHORIZED",
-    "DISPATCHED",
-    "COMMITTED",
-    "REFUSED",
-    "AMBIGUOUS",
-    "LATE_RESULT",
-    "AUDITED",
-)
+from .vocabulary import RESOLVING_ENTRIES, EntryKind
 
-# Entries that end an open DISPATCHED (a REFUSED only when it carries resolves: true).
-RESOLVING_KINDS = ("COMMITTED", "AMBIGUOUS")
+KINDS = EntryKind.values()
+RESOLVING_KINDS = tuple(k.value for k in RESOLVING_ENTRIES)
 
 # The fields seal() adds; an entry handed to seal() must not carry them yet.
 SEAL_FIELDS = ("prev", "hash")

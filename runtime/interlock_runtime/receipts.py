@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import journal
+from .vocabulary import ResendVia
 
 FORMAT = "interlock-receipt/1"
 BUNDLE_FIELDS = (
@@ -46,7 +47,7 @@ BUNDLE_FIELDS = (
 )
 SIGNATURE_FIELDS = ("signature", "bundle_signature")
 # COMMITTED.via values that mean the effect was sent again (spec 5.7 recovery table).
-RESEND_VIAS = ("retry-idempotent", "recovery-reapply")
+RESEND_VIAS = ResendVia.values()
 KEY_ENV = "ILR_RECEIPT_KEY"
 # The fields of a sealed entry that are not the entry's own data.
 ENTRY_FRAME = ("ts", "kind", "effect_id", "prev", "hash")

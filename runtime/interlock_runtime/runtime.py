@@ -25,11 +25,12 @@ from .errors import (
     WorkflowFinished,
     WorkflowNotFound,
 )
+from .vocabulary import TERMINAL_STATUSES
 from .workflow import WorkflowDef, definition
 
 _ID = re.compile(r"^[A-Za-z0-9_.:@/#=+-]{1,200}$")
 MAX_INPUT_BYTES = 1 << 20
-TERMINAL = ("completed", "failed", "cancelled", "stuck", "continued")
+TERMINAL = TERMINAL_STATUSES
 
 
 def check_id(value: Any, what: str = "workflow id") -> str:

@@ -66,10 +66,10 @@ PAYMENT = "pay_881"
 
 @pytest.fixture
 def target_factory(tmp_path: Path) -> Iterator[Callable[..., tuple]]:
-    """Start local payment targets (prove/target.py) at a tier, PAYMENT paid 10000 on each;
+    """Start local payment targets (world/target.py) at a tier, PAYMENT paid 10000 on each;
     returns (target, its admin client); all are stopped at the end."""
-    from prove.target import Target
-    from prove.target_client import TargetAdmin
+    from world.target import Target
+    from world.target_client import TargetAdmin
 
     started: list[Target] = []
 

@@ -202,7 +202,7 @@ def forkable(ctx, inp):
 
 # -- gated effects (test_effects.py) ----------------------------------------------------------
 
-from prove.target_client import LocalRefunds  # noqa: E402
+from world.target_client import LocalRefunds  # noqa: E402
 
 
 def refund_target(case: dict) -> LocalRefunds:

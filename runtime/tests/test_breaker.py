@@ -12,8 +12,8 @@ import flows
 import pytest
 
 from interlock_runtime import InvalidInput, Runtime, receipts
-from prove.target import Target
-from prove.target_client import LocalRefunds, TargetAdmin
+from world.target import Target
+from world.target_client import LocalRefunds, TargetAdmin
 
 
 @pytest.fixture

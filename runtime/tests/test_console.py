@@ -22,8 +22,8 @@ import pytest
 from conftest import REPO, wait_for
 
 from interlock_runtime import Runtime, journal
-from prove.target import Target
-from prove.target_client import TargetAdmin
+from world.target import Target
+from world.target_client import TargetAdmin
 
 PAYMENT = "pay_881"
 KEY = "console-test-receipt-key"

@@ -13,8 +13,8 @@ import pytest
 from conftest import wait_for
 
 from interlock_runtime import InvalidInput, Runtime, receipts
-from prove.target import Target
-from prove.target_client import TargetAdmin
+from world.target import Target
+from world.target_client import TargetAdmin
 
 PAYMENT = "pay_881"
 
@@ -183,7 +183,7 @@ def test_cancelled_workflow_effect_is_refused(dsn, workers, target_factory) -> N
 def test_bad_effect_input_is_refused_before_anything_is_written(dsn, target_factory) -> None:
     from interlock_runtime.context import Run, WorkflowContext
     from interlock_runtime.db import connect
-    from prove.target_client import LocalRefunds
+    from world.target_client import LocalRefunds
 
     target, _ = target_factory(1)
     with Runtime(dsn) as rt:
@@ -219,7 +219,7 @@ def test_bad_effect_input_is_refused_before_anything_is_written(dsn, target_fact
 
 def test_tier1_dedup_margin_must_exceed_timeout_plus_settle() -> None:
     from interlock_runtime.effects import check_target
-    from prove.target_client import LocalRefunds
+    from world.target_client import LocalRefunds
 
     t = LocalRefunds("http://127.0.0.1:9", PAYMENT, 1, send_timeout=35, settle_margin=10)
     t.dedup_margin = 40
@@ -274,7 +274,7 @@ def test_late_result_after_a_takeover_is_preserved(dsn, workers, target_factory)
     LATE_RESULT, never dropped (LateResultPreserved)."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from prove.fault_proxy import FaultProxy
+    from world.fault_proxy import FaultProxy
 
     target, admin = target_factory(2, delay_ms=2000)
     params = conninfo_to_dict(dsn)
@@ -309,7 +309,7 @@ def test_recover_orphans_resolves_effects_of_a_workflow_that_will_never_run(
     it under a synthetic claim ($recovery) and restores the workflow's status."""
     import time
 
-    from prove.target_client import LocalRefunds
+    from world.target_client import LocalRefunds
 
     target, admin = target_factory(2)
     with Runtime(dsn) as rt:
@@ -333,7 +333,7 @@ def test_a_tier2_target_without_lookup_is_refused() -> None:
     """Found by the parity test: recovery at tier 2 must query before resending; a target that
     neither dedupes nor answers lookups is tier 3 and is refused as tier 2."""
     from interlock_runtime.effects import check_target
-    from prove.target_client import LocalRefunds
+    from world.target_client import LocalRefunds
 
     with pytest.raises(InvalidInput, match="tier 2 means the target answers lookups"):
         check_target(LocalRefunds("http://127.0.0.1:9", PAYMENT, 2, queryable=False))

@@ -18,7 +18,7 @@ from flows import echo, sleeper
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from interlock_runtime import Runtime
-from prove.fault_proxy import FaultProxy
+from world.fault_proxy import FaultProxy
 
 TTL = 2.0
 

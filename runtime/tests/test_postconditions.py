@@ -7,8 +7,8 @@ import flows
 import pytest
 
 from interlock_runtime import InvalidInput, Runtime, WorkflowFailed, receipts
-from prove.target import Target
-from prove.target_client import TargetAdmin
+from world.target import Target
+from world.target_client import TargetAdmin
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_step_postconditions(dsn, workers, tmp_path) -> None:
 def test_a_postcondition_that_is_not_callable_is_refused(dsn) -> None:
     from interlock_runtime.context import Run, WorkflowContext
     from interlock_runtime.db import connect
-    from prove.target_client import LocalRefunds
+    from world.target_client import LocalRefunds
 
     with connect(dsn) as conn:
         ctx = WorkflowContext(Run("wf", "x", "1", {}, 1, None, 0, None, 5, 1e18), conn, [], "t")

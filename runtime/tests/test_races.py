@@ -21,8 +21,8 @@ from conftest import wait_for
 from interlock_runtime import Runtime, db
 from interlock_runtime.context import Run, WorkflowContext
 from interlock_runtime.runtime import cancel_in, revoke_in, signal_in
-from prove.target import Target
-from prove.target_client import LocalRefunds, TargetAdmin
+from world.target import Target
+from world.target_client import LocalRefunds, TargetAdmin
 
 PAYMENT = "pay_881"
 SLOW_PREMISE = """

@@ -11,8 +11,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from interlock_runtime import Runtime, db
 from interlock_runtime.runtime import cancel_in, revoke_in, signal_in
-from prove.target import Target
-from prove.target_client import TargetAdmin
+from world.target import Target
+from world.target_client import TargetAdmin
 
 LOGINS = {"ilr_t_worker": "worker", "ilr_t_operator": "operator", "ilr_t_auditor": "auditor"}
 

@@ -13,10 +13,10 @@ import psycopg
 from .. import approve_cli, db, receipts
 from ..errors import WorkflowNotFound
 from ..runtime import Runtime
+from ..vocabulary import LIVE_STATUSES, WorkflowStatus
 
-LIVE = ("pending", "running", "sleeping")
-STATUSES = ("pending", "running", "sleeping", "completed", "failed", "cancelled", "stuck",
-            "continued")  # fmt: skip
+LIVE = LIVE_STATUSES
+STATUSES = WorkflowStatus.values()
 
 _INBOX = """
 select id from ilr.workflows

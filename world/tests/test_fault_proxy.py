@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from prove.fault_proxy import MODES, FaultProxy, ProxyControl, ProxyError
+from world.fault_proxy import MODES, FaultProxy, ProxyControl, ProxyError
 
 
 class Upstream:
@@ -345,7 +345,7 @@ def test_only_loopback_addresses(upstream):
 
 
 def test_cli_start_control_stop(upstream):
-    cmd = [sys.executable, "-m", "prove.fault_proxy", "--upstream", f"127.0.0.1:{upstream.port}"]
+    cmd = [sys.executable, "-m", "world.fault_proxy", "--upstream", f"127.0.0.1:{upstream.port}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         info = json.loads(proc.stdout.readline())

@@ -22,10 +22,11 @@ from typing import Any
 
 import psycopg
 
-from . import journal, receipts
+from interlock_runtime import journal, receipts
+from interlock_runtime.vocabulary import RESOLVING_ENTRIES, ResendVia
 
-TERMINAL_ENTRIES = ("COMMITTED", "AMBIGUOUS")
-RESEND_VIA = ("retry-idempotent", "recovery-reapply")
+TERMINAL_ENTRIES = tuple(k.value for k in RESOLVING_ENTRIES)
+RESEND_VIA = ResendVia.values()
 
 
 class MissingEvidence(Exception):

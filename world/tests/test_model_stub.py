@@ -11,7 +11,7 @@ import urllib.request
 import anthropic
 import pytest
 
-from prove.model_stub import MODEL, ModelStub, case_of, decide_amount
+from world.model_stub import MODEL, ModelStub, case_of, decide_amount
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_errors_use_the_api_error_shape(stub):
 
 
 def test_cli_prints_its_url_and_serves():
-    proc = subprocess.Popen([sys.executable, "-m", "prove.model_stub", "--redecide"],
+    proc = subprocess.Popen([sys.executable, "-m", "world.model_stub", "--redecide"],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         info = json.loads(proc.stdout.readline())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from prove.temporal_server import (
+from world.temporal_server import (
     TemporalDevServer,
     TemporalServerError,
     find_binary,
@@ -94,7 +94,7 @@ def test_cli_start_status_stop(tmp_path):
     env = dict(os.environ, ILR_DATA=str(tmp_path), ILR_TEMPORAL_PORT=str(free_port()))
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "prove.temporal_server", *args],
+        return subprocess.run([sys.executable, "-m", "world.temporal_server", *args],
                               capture_output=True, text=True, env=env, cwd=REPO, timeout=90)  # fmt: skip
 
     started = cli("start")

@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 
-from prove.target import Target
-from prove.target_client import (
+from world.target import Target
+from world.target_client import (
     LocalRefunds,
     NoLookup,
     TargetAdmin,
@@ -278,7 +278,7 @@ def test_bind_loopback_only_and_bad_tier(tmp_path):
 
 def test_cli_start_serve_stop(tmp_path):
     db = tmp_path / "cli.sqlite"
-    cmd = [sys.executable, "-m", "prove.target", "--tier", "2", "--db", str(db)]
+    cmd = [sys.executable, "-m", "world.target", "--tier", "2", "--db", str(db)]
     proc = subprocess.Popen(
         cmd + ["--delay-ms", "50", "--payment", f"{PAY}:10000"],
         stdout=subprocess.PIPE,
@@ -306,7 +306,7 @@ def test_cli_start_serve_stop(tmp_path):
 
 
 def test_response_lost_through_the_fault_proxy_still_lands(make_target):
-    from prove.fault_proxy import FaultProxy
+    from world.fault_proxy import FaultProxy
 
     t, admin = make_target(1)
     with FaultProxy(("127.0.0.1", t.port), control=None) as proxy:

@@ -24,7 +24,7 @@ HTTP:
 
 Python: ``ModelStub(port=0, redecide=False).start()`` / ``.stop()`` / ``.url`` / ``.calls()`` /
 ``.configure(...)``; ``decide_amount(base_url, case)`` calls it through the SDK.
-CLI: ``python -m prove.model_stub [--port 0] [--redecide] [--delay-ms N] [--log FILE]`` prints
+CLI: ``python -m world.model_stub [--port 0] [--redecide] [--delay-ms N] [--log FILE]`` prints
 one JSON line ``{"port", "url", "emulated"}`` and serves until SIGTERM or SIGINT.
 """
 
@@ -41,7 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from prove.http_service import serve_in_thread, shut_down
+from world.http_service import serve_in_thread, shut_down
 
 MODEL = "claude-haiku-4-5-20251001"
 FIRST_AMOUNT = 2000
@@ -407,7 +407,7 @@ def decide_amount(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m prove.model_stub",
+        prog="python -m world.model_stub",
         description="EMULATED model variance: scripted amounts in the Anthropic Messages shape.",
     )
     ap.add_argument("--host", default="127.0.0.1")

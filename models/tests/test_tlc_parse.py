@@ -1,9 +1,9 @@
-"""The TLC output parser of prove/tlc.py: violations, traces, statistics, and errors that must
+"""The TLC output parser of models/tlc.py: violations, traces, statistics, and errors that must
 never read as "hold".  Fast: synthetic `-tool` output, no TLC."""
 
 from __future__ import annotations
 
-from prove import tlc
+from models import tlc
 
 
 def msg(code: int, cls: int, body: str) -> str:

@@ -2,19 +2,27 @@
 
 The states are written with plain SQL (bypassing the runtime), which is exactly what the
 checks exist to catch if the runtime ever did it. The positive side (checks hold over real
-runs) lives in conformance/.
+runs) is test_invariants_hold.py.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
 
-from interlock_runtime import journal
-from interlock_runtime.invariants import INVARIANTS, Evidence, MissingEvidence, check_all
+from conformance.invariants import INVARIANTS, Evidence, MissingEvidence, check_all
+from interlock_runtime import db, journal
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection]:
+    with db.connect(dsn) as c:
+        yield c
+
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
 

@@ -28,7 +28,7 @@ response is written. It records method, path, query, key, payload, status, respo
 
 Stripe-compatible subset (EMULATED: Stripe cannot be reached from this machine, DESIGN A3). The
 same ledger, tier and idempotency store also answer the part of Stripe's v1 API a refund needs, so
-the official ``stripe`` SDK can be pointed at this server (prove/stripe_target.py):
+the official ``stripe`` SDK can be pointed at this server (world/stripe_target.py):
 
 - Every ``/v1/`` request needs ``Authorization: Bearer <key>`` (or HTTP basic with the key as the
   user name); any test-mode key (``sk_test_...``, ``rk_test_...``) is accepted, anything else is
@@ -52,7 +52,7 @@ the official ``stripe`` SDK can be pointed at this server (prove/stripe_target.p
   ``X-Emulated: stripe-subset``. Only successful results are stored under a key (Stripe also
   replays stored errors; here a refused request can be retried with the same key).
 
-CLI: ``python -m prove.target --tier N [--port 0] [--db PATH] [--delay-ms N]
+CLI: ``python -m world.target --tier N [--port 0] [--db PATH] [--delay-ms N]
 [--payment ID:PAID ...]`` prints one JSON line ``{"port", "url", "tier", "db"}`` and serves
 until SIGTERM or SIGINT. Binds loopback only.
 """
@@ -75,7 +75,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlsplit
 
-from prove.http_service import serve_in_thread, shut_down
+from world.http_service import serve_in_thread, shut_down
 
 EMULATED = {
     "prune_keys": "EMULATED: POST /admin/prune_keys forgets stored idempotency keys at once, "
@@ -893,7 +893,7 @@ class Target:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m prove.target", description="Local payment target (tiers 1, 2, 3)."
+        prog="python -m world.target", description="Local payment target (tiers 1, 2, 3)."
     )
     ap.add_argument("--tier", type=int, required=True, choices=(1, 2, 3))
     ap.add_argument("--host", default="127.0.0.1", help="loopback address to bind")

@@ -25,7 +25,7 @@ Per direction the byte order never changes, and no byte is lost except in ``drop
 when a connection is reset). Listen and control addresses must be loopback.
 
 Control API: ``POST /mode`` with JSON ``{"mode": "delay_response", "ms": 2000}`` returns the
-status; ``GET /status``. CLI: ``python -m prove.fault_proxy --upstream HOST:PORT`` prints one
+status; ``GET /status``. CLI: ``python -m world.fault_proxy --upstream HOST:PORT`` prints one
 JSON line ``{"port": .., "control_url": ..}`` and serves until SIGTERM or SIGINT.
 """
 
@@ -630,7 +630,7 @@ class ProxyControl:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m prove.fault_proxy", description=__doc__.split("\n")[0]
+        prog="python -m world.fault_proxy", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--upstream", required=True, help="HOST:PORT to forward to")
     ap.add_argument("--listen", default="127.0.0.1:0", help="loopback HOST:PORT (default port 0)")

@@ -21,7 +21,7 @@ Python: ``TemporalDevServer(db_file, port=0, namespace="default")`` with ``start
 ports, so workers reconnect by themselves), ``.address``, and use as a context manager.
 Ports given as 0 are picked free once and then kept for the object's lifetime.
 
-CLI: ``python -m prove.temporal_server start|stop|kill|restart|status [--db-file F] [--port P]``
+CLI: ``python -m world.temporal_server start|stop|kill|restart|status [--db-file F] [--port P]``
 runs one detached server for the whole project and records it in ``.data/temporal.json``
 (pid, ports, address, db file, log). ``start`` is harmless when that server already runs;
 a taken port or a missing binary ends with a message and exit status 2.
@@ -415,7 +415,7 @@ def cli_stop(crash: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m prove.temporal_server",
+        prog="python -m world.temporal_server",
         description="The project's Temporal dev server (temporal server start-dev, SQLite file).",
     )
     ap.add_argument("command", choices=("start", "stop", "kill", "restart", "status"))

@@ -1,4 +1,4 @@
-"""Clients for the local payment target (prove/target.py).
+"""Clients for the local payment target (world/target.py).
 
 ``LocalRefunds`` is the effect target the runtime calls (spec 5.4, 5.7): ``apply``, ``query``,
 ``capture`` and ``validate_premises``, plus the attributes the runtime reads with ``getattr``
@@ -25,17 +25,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-try:
-    from interlock_runtime.errors import TargetRejected
-except ImportError:  # pragma: no cover - only before the runtime package exists
-
-    class TargetRejected(Exception):  # type: ignore[no-redef]
-        """A target refused an effect definitely (an HTTP 4xx): it did not happen."""
-
-        # moves to interlock_runtime.errors when the effects layer lands
-        def __init__(self, reason: str, response: Any = None):
-            self.reason, self.response = reason, response
-            super().__init__(reason)
+# the runtime's own definite-refusal error: a client here is an effect target of the runtime
+from interlock_runtime.errors import TargetRejected
 
 
 class NoLookup(RuntimeError):

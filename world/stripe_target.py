@@ -1,7 +1,7 @@
 """The Stripe refund target (EMULATED): the official ``stripe`` SDK pointed at the local target.
 
 Stripe live mode cannot be reached from this machine (DESIGN A3), so ``StripeRefunds`` talks to
-the Stripe-compatible subset the local target serves under ``/v1/`` (prove/target.py) through the
+the Stripe-compatible subset the local target serves under ``/v1/`` (world/target.py) through the
 real SDK (``stripe.StripeClient`` with ``base_addresses={"api": url}`` and a test-mode key). Every
 result it returns comes from that EMULATED subset, not from Stripe.
 
@@ -50,7 +50,7 @@ from typing import Any
 import requests
 import stripe
 
-from prove.target_client import LocalRefunds, NoLookup, TargetRejected
+from world.target_client import LocalRefunds, NoLookup, TargetRejected
 
 __all__ = ["EMULATED", "StripeRefunds", "TEST_KEY", "retry_plan"]
 

@@ -1,0 +1,117 @@
+"""The runtime's words: every status, state and kind it stores or returns, spelled once.
+
+Each is a string enum, so a member compares equal to the text in the database and in JSON
+(``WorkflowStatus.COMPLETED == "completed"``) and prints as that text. The schema's CHECK
+constraints list the same words; a test (runtime/tests/test_vocabulary.py) holds the two
+together. Code elsewhere imports these instead of writing the strings again.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Word(str, Enum):
+    """A string enum whose str() and format() are the stored text (Python 3.10 has no StrEnum)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(m.value for m in cls)
+
+
+class WorkflowStatus(Word):
+    """ilr.workflows.status."""
+
+    PENDING = "pending"  # waiting for a worker to claim it
+    RUNNING = "running"  # claimed, its lease live
+    SLEEPING = "sleeping"  # waiting for a timer or a signal
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STUCK = "stuck"  # too many claims died without progress: an operator must look
+    CONTINUED = "continued"  # ended by continue-as-new; its successor carries on
+
+
+LIVE_STATUSES = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING, WorkflowStatus.SLEEPING)
+TERMINAL_STATUSES = tuple(s for s in WorkflowStatus if s not in LIVE_STATUSES)
+
+
+class StepKind(Word):
+    """ilr.steps.kind: what a recorded position of a workflow's history is."""
+
+    STEP = "step"
+    DECIDE = "decide"
+    EFFECT = "effect"
+    SLEEP = "sleep"
+    SIGNAL = "signal"
+    PATCH = "patch"
+    CHILD = "child"
+
+
+class EffectState(Word):
+    """ilr.effects.state."""
+
+    PROPOSED = "proposed"  # recorded, not yet sent
+    DISPATCHED = "dispatched"  # a send may be in flight
+    COMMITTED = "committed"  # the result is recorded
+    AMBIGUOUS = "ambiguous"  # it may or may not have happened; never resent blindly
+
+
+class EntryKind(Word):
+    """ilr.journal.kind: the entries of an effect's hash chain (its receipt)."""
+
+    PROPOSED = "PROPOSED"
+    AUTHORIZED = "AUTHORIZED"
+    DISPATCHED = "DISPATCHED"
+    COMMITTED = "COMMITTED"
+    REFUSED = "REFUSED"
+    AMBIGUOUS = "AMBIGUOUS"
+    LATE_RESULT = "LATE_RESULT"  # a result that came back after the effect was resolved
+    AUDITED = "AUDITED"  # a lookup after a settled resend
+
+
+# Entries that end an open DISPATCHED (a REFUSED only when it carries resolves: true).
+RESOLVING_ENTRIES = (EntryKind.COMMITTED, EntryKind.AMBIGUOUS)
+
+
+class ResendVia(Word):
+    """COMMITTED.via values that mean the effect was sent again."""
+
+    RETRY_IDEMPOTENT = "retry-idempotent"  # resent with the same idempotency key
+    RECOVERY_REAPPLY = "recovery-reapply"  # a lookup said it never landed, so sent again
+
+
+class ResultStatus(Word):
+    """EffectResult.status: what ctx.effect tells the workflow."""
+
+    COMMITTED = "COMMITTED"
+    DUPLICATE_IGNORED = "DUPLICATE_IGNORED"
+    COMMITTED_BY_RETRY = "COMMITTED_BY_RETRY"
+    COMMITTED_ON_QUERY = "COMMITTED_ON_QUERY"
+    REAPPLIED_AFTER_QUERY = "REAPPLIED_AFTER_QUERY"
+    AMBIGUOUS = "AMBIGUOUS"
+    REFUSED_LEASE = "REFUSED:lease"
+    REFUSED_STALE_PREMISE = "REFUSED:stale_premise"
+    REFUSED_CONFLICTING_PAYLOAD = "REFUSED:conflicting_payload"
+    REFUSED_CANCELLED = "REFUSED:cancelled"
+    REFUSED_TARGET_ERROR = "REFUSED:target_error"
+    REFUSED_LEASE_AT_RECOVERY = "REFUSED:lease_at_recovery"
+    REFUSED_STALE_PREMISE_AT_RECOVERY = "REFUSED:stale_premise_at_recovery"
+    REFUSED_CIRCUIT_OPEN = "REFUSED:circuit_open"
+    POSTCONDITION_FAILED = "POSTCONDITION_FAILED"
+
+
+# The statuses that mean the effect is known to have happened (by this call or an earlier one).
+LANDED_RESULTS = (
+    ResultStatus.COMMITTED,
+    ResultStatus.DUPLICATE_IGNORED,
+    ResultStatus.COMMITTED_BY_RETRY,
+    ResultStatus.COMMITTED_ON_QUERY,
+    ResultStatus.REAPPLIED_AFTER_QUERY,
+)
