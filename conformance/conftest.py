@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from interlock_runtime import db, testing
+from interlock_runtime import db, migrations, testing
 from interlock_runtime.testing import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def conformance_template(admin: str) -> Iterator[str]:
         conn.execute(f'drop database if exists "{name}" with (force)')
         conn.execute(f'create database "{name}"')
     with db.connect(testing.with_dbname(admin, name)) as conn:
-        db.apply_schema(conn)
+        migrations.ensure(conn)
     try:
         yield name
     finally:

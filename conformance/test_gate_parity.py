@@ -248,7 +248,7 @@ class RuntimeWorld:
         self.target = Target(cell.tier, db=str(batch.log_dir / f"{cell.id}.sqlite")).start()
         self.admin = TargetAdmin(self.target.url)
         self.admin.create_payment(pf.PAYMENT, pf.PAID)
-        self.rt = Runtime(batch.dsn, apply_schema=False)
+        self.rt = Runtime(batch.dsn, create_schema=False)
         self.dying: dict[str, WorkerProcess] = {}
         self.eid = journal.effect_id_for(f"refund:{cell.id}")
         self.out = Observed()

@@ -355,7 +355,7 @@ class RuntimeDriver(Driver):
         # The starters' clients are opened here, not per batch: their backends then live
         # through the measured window, so the engine CPU reads them whole (and no connection
         # setup falls inside the throughput window).
-        self.starters = [Runtime(self.dsn, apply_schema=False) for _ in range(STARTERS)]
+        self.starters = [Runtime(self.dsn, create_schema=False) for _ in range(STARTERS)]
         self.poll = self.poll_connect()
         self.tag = uuid.uuid4().hex[:6]
 

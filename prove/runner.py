@@ -834,14 +834,14 @@ class Run:
             self.stack.callback(self.stub.stop)
             private = self.scn.servers == "private"
             if private and FAMILY[self.system] == "runtime":
-                from interlock_runtime import db
+                from interlock_runtime import db, migrations
                 from interlock_runtime.testing import with_dbname
 
                 self.private_pg = PrivatePostgres(self.dir / "pg")
                 self.stack.callback(self.private_pg.close)
                 self.dsn = with_dbname(self.private_pg.start(), "ilr")
                 with db.connect(self.dsn) as conn:
-                    db.apply_schema(conn)
+                    migrations.ensure(conn)
                 self.note("private_postgres", port=self.private_pg.port)
             else:
                 self.dsn = self.stack.enter_context(

@@ -26,7 +26,7 @@ from temporalio.testing import ActivityEnvironment
 from baselines import MODES, refund
 from baselines.client import BaselineClient, reset_to_before_decision_cli
 from baselines.refund import activity_source, read_attempts, refund_temporal_check
-from interlock_runtime import db, local_postgres
+from interlock_runtime import db, local_postgres, migrations
 from prove import runner
 from world.model_stub import ModelStub
 from world.target import Target
@@ -78,7 +78,7 @@ def grants_dsn():
     dsn = make_conninfo(**{**conninfo_to_dict(admin), "dbname": name})
     try:
         with db.connect(dsn) as conn:
-            db.apply_schema(conn)
+            migrations.ensure(conn)
             conn.execute(
                 "insert into ilr.grants (id, principal, action, max_cents, granted_by, revoked_at)"
                 " values (%s, 'refund-agent', 'refund', 2000, 'test', null),"

@@ -7,7 +7,7 @@ def refund(ctx, case):
     amount = ctx.step("pick", pick_amount, case)
     ...
 
-rt = Runtime(dsn)                      # applies the schema
+rt = Runtime(dsn)                      # creates the schema in an empty database
 rt.start(refund, "case-4471", {...})   # idempotent on the id
 Worker(dsn, [refund]).run()            # or: interlock worker --module my_flows
 """
@@ -20,6 +20,7 @@ from .errors import (
     InterlockError,
     InvalidInput,
     NonDeterminism,
+    SchemaMismatch,
     StepFailed,
     Suspend,
     TargetRejected,
@@ -52,6 +53,7 @@ __all__ = [
     "NonDeterminism",
     "RetryPolicy",
     "Runtime",
+    "SchemaMismatch",
     "StepFailed",
     "Suspend",
     "TargetRejected",

@@ -245,14 +245,39 @@ def _breaker(args: argparse.Namespace) -> int:
 
 
 def _roles(args: argparse.Namespace) -> int:
-    from . import db
+    from . import db, migrations
 
     logins = dict(item.split("=", 1) for item in args.login)
     with db.connect(args.dsn or local_postgres.dsn()) as conn:
-        db.apply_schema(conn)
+        migrations.ensure(conn)
         db.apply_roles(conn, logins)
     print("roles ilr_worker, ilr_operator, ilr_auditor are in place"
           + "".join(f"\n  login {u} -> ilr_{r}" for u, r in logins.items()))  # fmt: skip
+    return 0
+
+
+def _db(args: argparse.Namespace) -> int:
+    from . import db, migrations
+
+    with db.connect(args.dsn or local_postgres.dsn()) as conn:
+        if args.action == "upgrade":
+            done = migrations.upgrade(conn)
+            print("applied " + ", ".join(m.label for m in done) if done
+                  else f"already at schema version {migrations.latest()}: nothing to do")  # fmt: skip
+            return 0
+        history = migrations.applied(conn) or []
+    rows = [{"version": r["version"], "name": r["name"], "sha256": r["sha256"][:12],
+             "applied_at": r["applied_at"].isoformat(timespec="seconds")} for r in history]  # fmt: skip
+    have = history[-1]["version"] if history else 0
+    mine = {m.version for m in migrations.available()}
+    pending = [m.label for m in migrations.available() if m.version > have]
+    if args.json:
+        print(json.dumps({"applied": rows, "pending": pending, "runtime": migrations.latest()}))
+    else:
+        print_table(rows, ["version", "name", "sha256", "applied_at"])
+        print(f"runtime schema version {migrations.latest()}; "
+              + (f"pending: {', '.join(pending)} (run `interlock db upgrade`)" if pending
+                 else "the database is current" if have in mine else "the database is NEWER"))  # fmt: skip
     return 0
 
 
@@ -319,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("breaker", _breaker, "list circuit breakers, or reset one", json_flag=False)
     p.add_argument("action", choices=["list", "reset"])
     p.add_argument("target", nargs="?")
+    p = verb("db", _db, "the schema: `status` (applied and pending migrations) or `upgrade`")
+    p.add_argument("action", choices=["status", "upgrade"])
     p = verb("roles", _roles, "create the least-privilege roles (needs an admin DSN)",
              json_flag=False)  # fmt: skip
     p.add_argument("--login", action="append", default=[], metavar="USER=ROLE",

@@ -1,4 +1,4 @@
-"""Postgres access: connections, the schema, named queries, the fence, the database clock.
+"""Postgres access: connections, named queries, the fence, the database clock, roles.
 
 All connections are autocommit; a transaction is always an explicit `with conn.transaction()`
 block, so nothing is ever left open by accident.
@@ -6,7 +6,6 @@ block, so nothing is ever left open by accident.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 from .errors import Fenced
 
-SCHEMA_LOCK = 0x1C0C7A11  # advisory lock key: one schema application at a time
+SCHEMA_LOCK = 0x1C0C7A11  # advisory lock key: one schema change at a time (migrations.LOCK)
 FOREVER = datetime.max.replace(tzinfo=timezone.utc)
 
 
@@ -62,41 +61,6 @@ def query(name: str) -> str:
 def connect(dsn: str, **kwargs: Any) -> psycopg.Connection:
     """An autocommit connection returning rows as dicts."""
     return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10, **kwargs)
-
-
-def schema_sha256() -> str:
-    return hashlib.sha256(_sql_text("schema.sql").encode()).hexdigest()
-
-
-def apply_schema(conn: psycopg.Connection, force: bool = False) -> bool:
-    """Apply schema.sql unless this exact schema is already applied. Returns True if applied.
-
-    Every statement in it is idempotent; the recorded hash only spares workers the locks that
-    `create or replace trigger` takes on every start.
-    """
-    sha = schema_sha256()
-    with conn.transaction():
-        conn.execute("select pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-        if not force and _applied_sha(conn) == sha:
-            return False
-        conn.execute(_sql_text("schema.sql"))
-        conn.execute(
-            "create table if not exists ilr.schema_meta "
-            "(id int primary key check (id = 1), sha256 text not null, applied_at timestamptz not null)"
-        )
-        conn.execute(
-            "insert into ilr.schema_meta values (1, %s, now()) "
-            "on conflict (id) do update set sha256 = excluded.sha256, applied_at = now()",
-            (sha,),
-        )
-    return True
-
-
-def _applied_sha(conn: psycopg.Connection) -> str | None:
-    if conn.execute("select to_regclass('ilr.schema_meta') as t").fetchone()["t"] is None:
-        return None
-    row = conn.execute("select sha256 from ilr.schema_meta where id = 1").fetchone()
-    return row["sha256"] if row else None
 
 
 @contextmanager

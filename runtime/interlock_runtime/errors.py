@@ -37,6 +37,11 @@ class WorkflowFailed(InterlockError):
         super().__init__(f"workflow {workflow_id!r} ended {status}: {error}")
 
 
+class SchemaMismatch(InterlockError):
+    """The database's schema is not this runtime's (older, newer, or edited); the message says
+    which command to run."""
+
+
 class CodeChanged(InterlockError):
     """A worker offers different code for a (name, version) that is already deployed."""
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, journal, local_postgres, receipts
+from . import db, journal, local_postgres, migrations, receipts
 from .errors import (
     CodeChanged,
     InvalidInput,
@@ -45,12 +45,14 @@ def check_id(value: Any, what: str = "workflow id") -> str:
 class Runtime:
     """A client of one Interlock database. Thread-safe; cheap to keep for a process's lifetime."""
 
-    def __init__(self, dsn: str | None = None, *, apply_schema: bool = True):
+    def __init__(self, dsn: str | None = None, *, create_schema: bool = True):
+        """Connect to the database at `dsn` (default: the project's own cluster). Its schema
+        must be this runtime's (SchemaMismatch says to run `interlock db upgrade` if not); an
+        empty database gets the schema unless create_schema is false."""
         self.dsn = dsn or local_postgres.dsn()
         self._lock = threading.Lock()
         self._conn = db.connect(self.dsn)
-        if apply_schema:
-            db.apply_schema(self._conn)
+        migrations.ensure(self._conn, create=create_schema)
 
     def close(self) -> None:
         self._conn.close()

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from . import db, local_postgres
+from . import db, local_postgres, migrations
 
 
 def admin_dsn() -> str:
@@ -47,7 +47,7 @@ def template_database(admin: str) -> Iterator[str]:
         conn.execute(f'drop database if exists "{name}" with (force)')
         conn.execute(f'create database "{name}"')
     with db.connect(with_dbname(admin, name)) as conn:
-        db.apply_schema(conn)
+        migrations.ensure(conn)
     try:
         yield name
     finally:

@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, killpoints, local_postgres
+from . import db, killpoints, local_postgres, migrations
 from .context import Run, WorkflowContext
 from .errors import (
     Cancelled,
@@ -95,7 +95,7 @@ class Worker:
 
     def register(self) -> None:
         with db.connect(self.dsn) as conn:
-            db.apply_schema(conn)
+            migrations.ensure(conn)
             with conn.transaction():
                 for wf in self.defs.values():
                     register_deployment(conn, wf, self.allow_code_change)

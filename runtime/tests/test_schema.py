@@ -1,11 +1,11 @@
-"""R0: the schema applies twice, and the database itself refuses what the protocol forbids."""
+"""R0: the schema is checked twice, and the database itself refuses what the protocol forbids."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
-from interlock_runtime import Runtime, db
+from interlock_runtime import Runtime, db, migrations
 
 
 def _seed_workflow(conn: psycopg.Connection) -> None:
@@ -19,11 +19,11 @@ def _seed_workflow(conn: psycopg.Connection) -> None:
     )
 
 
-def test_schema_applies_twice_and_keeps_data(conn: psycopg.Connection) -> None:
+def test_schema_checks_twice_and_keeps_data(conn: psycopg.Connection) -> None:
     _seed_workflow(conn)
-    assert db.apply_schema(conn, force=True) is True
-    assert db.apply_schema(conn, force=True) is True
-    assert db.apply_schema(conn) is False  # same schema hash: nothing to do
+    migrations.ensure(conn)
+    assert migrations.upgrade(conn) == []  # current: nothing to do
+    migrations.ensure(conn)
     rows = conn.execute("select seq, output from ilr.steps where workflow_id = 'wf'").fetchall()
     assert rows == [{"seq": 1, "output": 1}]
 

@@ -1,9 +1,10 @@
--- Interlock Runtime schema (spec section 4, plus the claim history of DESIGN B13).
+-- Migration 0001: the schema of the first release (spec section 4, plus the claim history).
 --
--- Applied by Runtime(dsn) on every start; every statement is idempotent, so applying it
--- twice changes nothing. Every time the protocol depends on is the database clock (now()),
--- never a worker's clock.
+-- A migration is never edited once released: the runtime records each applied file's sha256 in
+-- ilr.schema_version and refuses a database whose history differs from its own files. A change
+-- is a new numbered file (docs/operations.md, "Upgrading the schema").
 --
+-- Every time the protocol depends on is the database clock (now()), never a worker's clock.
 -- The guards at the bottom make the database itself refuse what the protocol forbids:
 -- a second step row or an edited one, a forked or edited journal, a second COMMITTED,
 -- a changed payload binding, a terminal effect coming back to life.
@@ -140,8 +141,8 @@ create table if not exists ilr.journal (
   hash text not null unique,
   unique nulls not distinct (effect_id, prev)
 );
--- The kinds of journal.KINDS; replaced on every schema application, so a database made by an
--- older version learns a new kind (AUDITED: a lookup after a settled resend).
+-- The kinds of vocabulary.EntryKind. Dropped and added again so that a database made before
+-- migrations existed, whose list may lack AUDITED, learns it when upgraded.
 alter table ilr.journal drop constraint if exists journal_kind_check;
 alter table ilr.journal add constraint journal_kind_check check (kind in
   ('PROPOSED','AUTHORIZED','DISPATCHED','COMMITTED','REFUSED','AMBIGUOUS','LATE_RESULT','AUDITED'));

@@ -1,0 +1,206 @@
+"""Versioned schema migrations: create, refuse, upgrade, keep every row, never half-apply."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from interlock_runtime import Runtime, SchemaMismatch, db, migrations, receipts, testing
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture
+def empty_dsn(admin_dsn: str) -> Iterator[str]:
+    name = f"ilr_mig_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as c:
+        c.execute(f'create database "{name}"')
+    try:
+        yield testing.with_dbname(admin_dsn, name)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as c:
+            c.execute(f'drop database if exists "{name}" with (force)')
+
+
+def history(dsn: str) -> list[int]:
+    with db.connect(dsn) as c:
+        return [r["version"] for r in migrations.applied(c) or []]
+
+
+def snapshot(conn: psycopg.Connection) -> dict[str, list]:
+    """Every row of every ilr table, as JSON text, sorted (the version table aside)."""
+    tables = [r["relname"] for r in conn.execute(
+        "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace "
+        "where n.nspname = 'ilr' and c.relkind = 'r' and c.relname <> 'schema_version'")]  # fmt: skip
+    return {t: sorted(r["j"] for r in conn.execute(f"select to_jsonb(t)::text as j from ilr.{t} t"))
+            for t in tables}  # fmt: skip
+
+
+def keep_columns(before: dict[str, list], after: dict[str, list]) -> dict[str, list]:
+    """`after` with only the columns each table had before (a migration may add columns)."""
+    import json
+
+    out = {}
+    for table, rows in before.items():
+        cols = set(json.loads(rows[0])) if rows else set()
+        out[table] = sorted(json.dumps({k: v for k, v in json.loads(r).items() if k in cols},
+                                       sort_keys=True) for r in after.get(table, []))  # fmt: skip
+    return out
+
+
+def normalized(snap: dict[str, list]) -> dict[str, list]:
+    import json
+
+    return {t: sorted(json.dumps(json.loads(r), sort_keys=True) for r in rows)
+            for t, rows in snap.items()}  # fmt: skip
+
+
+def test_an_empty_database_gets_every_migration(empty_dsn: str) -> None:
+    with Runtime(empty_dsn) as rt:
+        assert rt.list() == []
+    assert history(empty_dsn) == [m.version for m in migrations.available()]
+    with db.connect(empty_dsn) as c:
+        shas = [r["sha256"] for r in migrations.applied(c) or []]
+    assert shas == [m.sha256 for m in migrations.available()]
+
+
+def test_a_first_version_database_upgrades_from_the_cli_and_keeps_every_row(
+    empty_dsn: str,
+) -> None:
+    first = migrations.available()[:1]
+    with db.connect(empty_dsn) as c:
+        migrations.upgrade(c, first)
+        c.execute((DATA / "schema_v1_rows.sql").read_text())
+        before = snapshot(c)
+    assert sum(len(rows) for rows in before.values()) >= 15  # the fixture is not empty
+    if migrations.latest() > 1:
+        with pytest.raises(SchemaMismatch, match="interlock db upgrade"):
+            Runtime(empty_dsn)
+    cli = [sys.executable, "-m", "interlock_runtime.cli", "db"]
+    up = subprocess.run([*cli, "upgrade", "--dsn", empty_dsn], capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr
+    again = subprocess.run([*cli, "upgrade", "--dsn", empty_dsn], capture_output=True, text=True)
+    assert "nothing to do" in again.stdout
+    assert history(empty_dsn) == list(range(1, migrations.latest() + 1))
+    with db.connect(empty_dsn) as c:
+        after = snapshot(c)
+    assert keep_columns(before, after) == normalized(before)  # every row, every old value
+    # and the runtime reads what the old one wrote: the workflow, its receipt
+    with Runtime(empty_dsn) as rt:
+        (wf,) = rt.list()
+        assert rt.describe(wf["id"])["status"] == "completed"
+        effect_id = rt.result(wf["id"], timeout=5)["effect_id"]
+        assert receipts.verify(rt.receipt(effect_id))["happened_once"] is True
+
+
+def _folder(tmp_path: Path, extra: dict[str, str]) -> tuple[migrations.Migration, ...]:
+    """The runtime's migrations plus `extra` files, as a folder of their own."""
+    folder = tmp_path / "migrations"
+    folder.mkdir(parents=True)
+    for m in migrations.available():
+        (folder / f"{m.label}.sql").write_text(m.sql)
+    for name, sql in extra.items():
+        (folder / name).write_text(sql)
+    return migrations.load(folder)
+
+
+def test_a_pending_migration_is_refused_until_upgraded_then_applied_whole(
+    empty_dsn: str, tmp_path: Path
+) -> None:
+    n = migrations.latest()
+    with Runtime(empty_dsn) as rt:
+        rt.grant("bot", "send_email", by="ops")
+    nxt = f"{n + 1:04d}_note"
+    mine = _folder(tmp_path, {f"{nxt}.sql": "alter table ilr.grants add column note text;\n"
+                              "update ilr.grants set note = 'from ' || principal;"})  # fmt: skip
+    with db.connect(empty_dsn) as c:
+        with pytest.raises(SchemaMismatch, match=rf"version {n}, this runtime needs {n + 1}"):
+            migrations.ensure(c, mine=mine)
+        assert [m.label for m in migrations.upgrade(c, mine)] == [nxt]
+        assert c.execute("select note from ilr.grants").fetchone()["note"] == "from bot"
+        migrations.ensure(c, mine=mine)  # current now
+    # a failing migration leaves nothing behind, not even the good one before it
+    broken = _folder(tmp_path / "b", {f"{nxt}.sql": "alter table ilr.grants add column note text;",
+                                      f"{n + 2:04d}_bad.sql": "alter table ilr.nope add x int;"})  # fmt: skip
+    with db.connect(empty_dsn) as c:
+        c.execute("alter table ilr.grants drop column note")
+        c.execute("delete from ilr.schema_version where version = %s", (n + 1,))
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            migrations.upgrade(c, broken)
+        cols = {r["column_name"] for r in c.execute(
+            "select column_name from information_schema.columns "
+            "where table_schema = 'ilr' and table_name = 'grants'")}  # fmt: skip
+    assert "note" not in cols
+    assert history(empty_dsn) == list(range(1, n + 1))
+
+
+def test_an_edited_migration_and_a_newer_database_are_refused(
+    empty_dsn: str, tmp_path: Path
+) -> None:
+    with Runtime(empty_dsn):
+        pass
+    first = migrations.available()[0]
+    edited = _folder(tmp_path, {})
+    (tmp_path / "migrations" / f"{first.label}.sql").write_text(first.sql + "\n-- edited\n")
+    edited = migrations.load(tmp_path / "migrations")
+    with db.connect(empty_dsn) as c:
+        with pytest.raises(SchemaMismatch, match="must never be edited"):
+            migrations.ensure(c, mine=edited)
+        c.execute("insert into ilr.schema_version (version, name, sha256) values (999, 'x', 'y')")
+        with pytest.raises(SchemaMismatch, match="newer than this runtime"):
+            migrations.ensure(c)
+
+
+def test_concurrent_upgrades_apply_each_migration_once(empty_dsn: str, tmp_path: Path) -> None:
+    with Runtime(empty_dsn):
+        pass
+    n = migrations.latest()
+    mine = _folder(tmp_path, {f"{n + 1:04d}_slow.sql": "select pg_sleep(0.5);\n"
+                              "create table ilr.once (x int);"})  # fmt: skip
+    results: list[list] = []
+
+    def up() -> None:
+        with db.connect(empty_dsn) as c:
+            results.append(migrations.upgrade(c, mine))
+
+    threads = [threading.Thread(target=up) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(len(r) for r in results) == [0, 0, 1]
+    assert history(empty_dsn) == list(range(1, n + 2))
+
+
+def test_a_database_from_before_migrations_is_adopted_or_sent_to_upgrade(
+    empty_dsn: str,
+) -> None:
+    first = migrations.available()[0]
+    meta = ("create table ilr.schema_meta (id int primary key, sha256 text not null, "
+            "applied_at timestamptz not null)")  # fmt: skip
+    with db.connect(empty_dsn) as c:
+        c.execute(first.sql)
+        c.execute(meta)
+        c.execute("insert into ilr.schema_meta values (1, 'an-older-schema', now())")
+        with pytest.raises(SchemaMismatch, match="before schema migrations"):
+            migrations.ensure(c)
+        c.execute("update ilr.schema_meta set sha256 = %s", (migrations.PRE_MIGRATION_SHA,))
+    with Runtime(empty_dsn) as rt:  # the last pre-migration schema is exactly version 1
+        assert rt.list() == []
+    assert history(empty_dsn)[0] == 1
+
+
+def test_the_migration_files_are_numbered_without_gaps(tmp_path: Path) -> None:
+    _folder(tmp_path, {})
+    shutil.move(tmp_path / "migrations" / f"{migrations.available()[0].label}.sql",
+                tmp_path / "migrations" / "0007_late.sql")  # fmt: skip
+    with pytest.raises(RuntimeError, match="without gaps"):
+        migrations.load(tmp_path / "migrations")
