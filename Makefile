@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test lint format prove tlc conformance bench soak pg-start pg-stop pg-status clean browser console-shots
+.PHONY: setup test lint format docs prove tlc conformance bench soak pg-start pg-stop pg-status clean browser console-shots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,10 +39,17 @@ format: setup
 	$(BIN)/ruff check --fix .
 
 # Everything, the bounded Hypothesis state machine included (3 examples of 10 steps; `make
-# conformance LONG=1` runs 25 of 30), then the quick TLC checks.
+# conformance LONG=1` runs 25 of 30), then the quick TLC checks, then the docs site (`make docs`).
 test: setup pg-start lint browser
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory tlc-quick TLC_JOBS=1
+	$(MAKE) --no-print-directory docs
+
+# The documentation site (docs/, mkdocs.yml) into .data/site, warnings as errors; its tests
+# first (docs/cli.md must match the CLI's parsers: `python docs/gen_cli.py` rewrites it).
+docs: setup
+	$(BIN)/python -m pytest -q docs/test_docs_site.py
+	$(BIN)/mkdocs build --strict --site-dir .data/site
 
 # The conformance suite alone; LONG=1 runs the Hypothesis state machine far longer.
 conformance: setup pg-start
