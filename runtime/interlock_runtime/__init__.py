@@ -13,6 +13,7 @@ Worker(dsn, [refund]).run()            # or: interlock worker --module my_flows
 """
 
 from .context import Decision, RetryPolicy, WorkflowContext
+from .effects import EffectRefused, EffectResult
 from .errors import (
     Cancelled,
     CodeChanged,
@@ -31,6 +32,7 @@ from .errors import (
     WorkflowNotFound,
 )
 from .runtime import Runtime
+from .targets import EffectTarget, HttpTarget
 from .workflow import workflow
 
 
@@ -47,7 +49,11 @@ __all__ = [
     "Cancelled",
     "Decision",
     "CodeChanged",
+    "EffectRefused",
+    "EffectResult",
+    "EffectTarget",
     "Fenced",
+    "HttpTarget",
     "InterlockError",
     "InvalidInput",
     "NonDeterminism",
