@@ -20,7 +20,7 @@ Two bodies for the activity named ``refund``; a worker registers one of them (``
 
 ``activity_source(mode)`` returns a body verbatim (``inspect.getsource``) for the report.
 Differences from the spec's text, all outside the two bodies or forced by types: a grant with
-``max_cents`` null has no cap (the spec's ``>`` would raise on None); a missing grant raises
+no ``amount`` bound in its constraints has no cap (the spec's ``>`` would raise on None); a missing grant raises
 ``not authorized`` (non-retryable) from ``grants_db.fetch``; a definite 4xx from the target
 (``insufficient_funds``, ``key_reused``) is a non-retryable ``ApplicationError`` of type
 ``TargetRejected`` raised by ``http_target.post_refund`` (any Temporal user marks those
@@ -281,6 +281,13 @@ def refund_temporal_idem(req: dict) -> dict:
     return http_target.post_refund(req["payment"], req["amount"], idempotency_key=key)
 
 
+def _cap(grant: dict) -> float:
+    """The grant's bound on the payload's amount (constraints {"amount": {"max": N}}); no
+    bound: infinity (the spec's `>` would raise on None)."""
+    bound = ((grant.get("constraints") or {}).get("amount") or {}).get("max")
+    return float("inf") if bound is None else bound
+
+
 @activity.defn(name="refund")
 def refund_temporal_check(req: dict) -> dict:
     info = activity.info()
@@ -290,11 +297,7 @@ def refund_temporal_check(req: dict) -> dict:
         if existing:
             return existing
     g = grants_db.fetch(req["grant_id"])  # plain SELECT from the same ilr.grants table
-    if (
-        g["revoked_at"]
-        or (g["expires_at"] and g["expires_at"] <= now())
-        or (g["max_cents"] is not None and req["amount"] > g["max_cents"])
-    ):
+    if g["revoked_at"] or (g["expires_at"] and g["expires_at"] <= now()) or req["amount"] > _cap(g):
         raise ApplicationError("not authorized", non_retryable=True)
     if req["amount"] != req["approved_amount"]:
         raise ApplicationError("amount differs from approval", non_retryable=True)

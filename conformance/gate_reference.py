@@ -141,8 +141,8 @@ class RefTarget:
 class Grant:
     id: str
     principal: str
-    action: str
-    max_cents: int | None
+    action: str | None  # None: an approval, bound to one payload whatever the action
+    constraints: dict | None  # {field: {"max": n}}: the reference knows max bounds only
     payload_hash: str | None
     granted_by: str
     facts_seen: Any = None
@@ -152,7 +152,7 @@ class Grant:
     def snapshot(self) -> dict:
         """The grant as the receipt records it (spec 5.7 c step 8)."""
         return {"grant_id": self.id, "principal": self.principal, "action": self.action,
-                "max_cents": self.max_cents, "payload_hash": self.payload_hash,
+                "constraints": self.constraints, "payload_hash": self.payload_hash,
                 "expires_at": _iso(self.expires_at), "revoked": _iso(self.revoked_at),
                 "granted_by": self.granted_by}  # fmt: skip
 
@@ -202,13 +202,14 @@ class GateReference:
     def advance(self, seconds: float) -> None:
         self.clock += seconds
 
-    def grant(self, gid: str, max_cents: int | None = None, by: str = "policy") -> str:
-        self.grants[gid] = Grant(gid, "agent", self.action, max_cents, None, by)
+    def grant(self, gid: str, max_amount: int | None = None, by: str = "policy") -> str:
+        bounds = None if max_amount is None else {"amount": {"max": max_amount}}
+        self.grants[gid] = Grant(gid, "agent", self.action, bounds, None, by)
         return gid
 
     def approve(self, gid: str, wf: str, payload: Any, facts_seen: Any, by: str) -> str:
         """A grant bound to exactly this payload (its hash) and the facts the approver saw."""
-        self.grants[gid] = Grant(gid, f"workflow:{wf}", self.action, None,
+        self.grants[gid] = Grant(gid, f"workflow:{wf}", None, None,
                                  journal.payload_hash(payload), by, facts_seen)  # fmt: skip
         return gid
 
@@ -278,14 +279,14 @@ class GateReference:
         return sealed
 
     def _checks(self, gid: str, payload: Any, ph: str) -> dict:
-        """Spec 5.7 (c) step 8: allowed = not revoked, not expired, the action, the amount
-        within max_cents, and the payload hash when the grant binds one."""
+        """Spec 5.7 (c) step 8: allowed = not revoked, not expired, the action (when the grant
+        names one), every max bound, and the payload hash when the grant binds one."""
         g = self.grants[gid]
         allowed = (
             g.revoked_at is None
             and (g.expires_at is None or g.expires_at > self.clock)
-            and g.action == self.action
-            and (g.max_cents is None or payload.get("amount", INF) <= g.max_cents)
+            and (g.action is None or g.action == self.action)
+            and all(payload.get(f, INF) <= b["max"] for f, b in (g.constraints or {}).items())
             and (g.payload_hash is None or g.payload_hash == ph)
         )
         return {"lease_live": allowed, "lease": g.snapshot()}

@@ -83,7 +83,7 @@ def chain(conn, eid: str, entries: list[dict]) -> None:
 
 def live_checks(violations=None, revoked=None) -> dict:
     return {"lease_live": revoked is None, "violations": violations or [],
-            "lease": {"grant_id": "g1", "principal": "agent", "action": "refund", "max_cents": None,
+            "lease": {"grant_id": "g1", "principal": "agent", "action": "refund", "constraints": None,
                       "payload_hash": None, "expires_at": None, "revoked": revoked,
                       "granted_by": "policy"}}  # fmt: skip
 

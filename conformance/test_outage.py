@@ -43,7 +43,9 @@ def test_outage_loses_nothing_and_applies_nothing_twice(tmp_path) -> None:
                     **{**params, "port": str(proxy.port), "host": "127.0.0.1"}
                 )
                 with Runtime(dsn) as rt:
-                    grant = rt.grant("agent", "refund", max_cents=5000, by="policy")
+                    grant = rt.grant(
+                        "agent", "refund", constraints={"amount": {"max": 5000}}, by="policy"
+                    )
                     for i in range(N):
                         rt.start(flows.policy_refund, f"o-{i}", {
                             "id": f"o-{i}", "target_url": target.url, "payment": f"pay_{i}",

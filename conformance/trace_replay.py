@@ -766,7 +766,9 @@ class Replay:
             self.grant = ""
         else:
             tier = int(c.get("Tier", 2))
-            self.grant = rt.grant("agent", "refund", max_cents=20 * CENTS, by="replay")
+            self.grant = rt.grant(
+                "agent", "refund", constraints={"amount": {"max": 20 * CENTS}}, by="replay"
+            )
             margin = c.get("DedupMargin", 3)
             if self.t.mode != "interlock":
                 # The Temporal configs shrink the dedup constants to keep TLC's space small; a

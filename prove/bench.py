@@ -876,7 +876,7 @@ def runtime_refund_point(admin: str, template: str, urls: tuple[str, str], worke
             w.wait_event("registered", timeout=60)
         clients = [Runtime(f"{dsn} application_name=ilr-bench-client") for _ in range(4)]
         stack.callback(lambda: [c.close() for c in clients])
-        grant = clients[0].grant("bench", "refund", max_cents=None, by="bench")
+        grant = clients[0].grant("bench", "refund", by="bench")
         waiting: dict[str, tuple[threading.Event, list]] = {}
         wlock = threading.Lock()
 

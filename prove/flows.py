@@ -50,7 +50,8 @@ def decide_approve_refund(ctx, case: dict, target, ask, request: dict):
     """Steps 1-3, shared with the Stripe flow (prove/stripe_flows.py): returns the decision and
     the effect's result, or None for the result when the approval expired."""
     decision = ctx.decide("pick_amount", ask, request, premises=target.capture)
-    approval = ctx.wait_signal("approve", timeout=case.get("approval_timeout", 600))
+    proposal = payload_for(case, decision.output["amount"])
+    approval = ctx.wait_approval(proposal, timeout=case.get("approval_timeout", 600))
     if approval is None:
         return decision, None
     if case.get("timer_seconds"):  # S10: a durable timer between the approval and the effect

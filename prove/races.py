@@ -272,8 +272,8 @@ class _Bench:
         else:
             grant = f"grant-{uuid.uuid4().hex[:12]}"
             self.conn.execute(
-                "insert into ilr.grants (id, principal, action, max_cents, granted_by)"
-                " values (%s, %s, 'refund', %s, %s)",
+                "insert into ilr.grants (id, principal, action, constraints, granted_by)"
+                " values (%s, %s, 'refund', jsonb_build_object('amount', jsonb_build_object('max', %s::bigint)), %s)",
                 (grant, f"workflow:{c['wf']}", AMOUNT, APPROVER),
             )
             self.sys.client.approve(c["wf"], AMOUNT, grant)

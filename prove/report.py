@@ -154,8 +154,8 @@ REASONS: dict[tuple, str] = {
     ),
     ("S05b", "temporal_check", None, "base"): (
         "as for the runtime: the re-call decided 3000, the approval was for 2000; (b)'s grant "
-        "check (3000 > max_cents 2000) raises `not authorized` before anything is sent: $0, "
-        "not $20."
+        "check (3000 > the grant's amount bound 2000) raises `not authorized` before anything is "
+        "sent: $0, not $20."
     ),
     ("S08a", "temporal_idem", 2, "base"): (
         "the prediction counts one retry. The server handed a retry attempt to the partitioned "

@@ -355,8 +355,8 @@ class TemporalSystem:
             self.wait_decided()
         with psycopg.connect(self.run.dsn, autocommit=True) as conn:
             conn.execute(
-                "insert into ilr.grants (id, principal, action, max_cents, granted_by)"
-                " values (%s, %s, 'refund', %s, %s) on conflict (id) do nothing",
+                "insert into ilr.grants (id, principal, action, constraints, granted_by)"
+                " values (%s, %s, 'refund', jsonb_build_object('amount', jsonb_build_object('max', %s::bigint)), %s) on conflict (id) do nothing",
                 (self.grant, f"workflow:{self.run.wf_id}", amount, APPROVER),
             )
         self.client.approve(self.run.wf_id, amount, self.grant)
@@ -1342,8 +1342,9 @@ def run_weighted(
 ) -> Any:
     """Yield (item, work(item)) as each finishes, running items on threads so that the weights
     of the running ones never exceed `slots` (a weight above `slots` counts as `slots`). Items
-    start in the given order, except that when the next one does not fit a later, lighter
-    one may start first: sleepy runs fill the slots a CPU-bound run leaves free."""
+    start strictly in the given order: when the next one does not fit, nothing starts until it
+    does (letting lighter ones jump ahead, each taking the one slot just freed, starved a
+    heavy run to the very end of a sweep)."""
     slots = max(1, slots)
     pending = list(items)
     finished: queue.Queue = queue.Queue()
@@ -1356,15 +1357,13 @@ def run_weighted(
             finished.put((item, w, None, e))
 
     while pending or running:
-        i = 0
-        while i < len(pending) and used < slots:
-            w = min(slots, max(1, int(weight(pending[i]))))
-            if used + w <= slots:
-                item = pending.pop(i)
-                used, running = used + w, running + 1
-                threading.Thread(target=body, args=(item, w), daemon=True).start()
-            else:
-                i += 1
+        while pending:
+            w = min(slots, max(1, int(weight(pending[0]))))
+            if used + w > slots:
+                break
+            item = pending.pop(0)
+            used, running = used + w, running + 1
+            threading.Thread(target=body, args=(item, w), daemon=True).start()
         item, w, out, err = finished.get()
         used, running = used - w, running - 1
         if err is not None:

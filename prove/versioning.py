@@ -145,7 +145,9 @@ def _runtime_round(rd: Round) -> None:
                                "and available_at <= now()", (ids,)).fetchone()  # fmt: skip
         return row["n"] == len(ids)
 
-    grant = rt.grant("s14-rollout", "refund", max_cents=2 * p["amount"], by="prove-s14")
+    grant = rt.grant(
+        "s14-rollout", "refund", constraints={"amount": {"max": 2 * p["amount"]}}, by="prove-s14"
+    )
     rt.register(s14_v1)  # v1 is deployed; v2 is not yet
     timeout = p["phase_timeout"]
 

@@ -92,6 +92,7 @@ class LocalRefunds:
     """The refund effect on one payment of the local target, as the runtime sees it."""
 
     name = "local-refunds"
+    action = "refund"  # what a grant must allow (the runtime's default is the target's name)
 
     def __init__(
         self,

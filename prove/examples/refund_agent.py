@@ -10,7 +10,7 @@ What it does, with real processes and real signals (EMULATED parts are labeled):
 2. starts worker W1 with ILR_KILL_AT=effect_after_send: it will SIGKILL itself right after the
    target answered the refund, before the runtime journaled COMMITTED;
 3. starts the refund workflow; the model decides the amount (2000) through the anthropic SDK;
-4. a person approves: ``interlock approve WF --amount 2000 --by alice`` (run here as
+4. a person approves: ``interlock approve WF --by alice`` (run here as
    ``python -m interlock_runtime.approve_cli``), which calls the Runtime client's
    ``approve(..., by="alice")``: a grant bound to exactly that payload and to the facts the
    approver saw (the premises recorded with the model's decision);
@@ -143,9 +143,10 @@ def run(dsn: str, workdir: Path, use_stripe: bool) -> int:
                 say("\n# 3. a person approves exactly that refund")
                 # `interlock approve` (interlock_runtime.approve_cli): Runtime.approve with the
                 # decision's premises as the facts alice saw, by="alice"
-                say(f"$ interlock approve {WF} --amount {amount} --by alice")
+                # the workflow waits in ctx.wait_approval(proposal): approving approves that
+                say(f"$ interlock approve {WF} --by alice")
                 got = subprocess.run([sys.executable, "-m", "interlock_runtime.approve_cli", WF,
-                                      "--amount", str(amount), "--by", "alice", "--dsn", dsn],
+                                      "--by", "alice", "--dsn", dsn],
                                      capture_output=True, text=True, timeout=60)  # fmt: skip
                 if got.returncode != 0:
                     say(f"FAIL: interlock approve: {got.stderr}")

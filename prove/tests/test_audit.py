@@ -25,7 +25,7 @@ def _grant() -> dict:
         "expires_at": None,
         "grant_id": GRANT,
         "granted_by": "alice",
-        "max_cents": None,
+        "constraints": None,
         "payload_hash": journal.payload_hash(PAYLOAD),
         "principal": "workflow:wf-1",
         "revoked": None,

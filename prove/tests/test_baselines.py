@@ -80,9 +80,9 @@ def grants_dsn():
         with db.connect(dsn) as conn:
             migrations.ensure(conn)
             conn.execute(
-                "insert into ilr.grants (id, principal, action, max_cents, granted_by, revoked_at)"
-                " values (%s, 'refund-agent', 'refund', 2000, 'test', null),"
-                " (%s, 'refund-agent', 'refund', 2000, 'test', now()),"
+                "insert into ilr.grants (id, principal, action, constraints, granted_by, revoked_at)"
+                " values (%s, 'refund-agent', 'refund', '{\"amount\": {\"max\": 2000}}', 'test', null),"
+                " (%s, 'refund-agent', 'refund', '{\"amount\": {\"max\": 2000}}', 'test', now()),"
                 " (%s, 'refund-agent', 'refund', null, 'test', null)",
                 (GRANT, REVOKED, NO_CAP),
             )
@@ -299,7 +299,9 @@ def test_happy_path_tier1_then_reset_before_decision(mode, tmp_path, target, wor
     if mode == "temporal_check":
         checks = attempt["checks"]
         assert checks["lookup"]["found"] is None
-        assert checks["grant"]["passed"] and checks["grant"]["row"]["max_cents"] == 2000
+        assert checks["grant"]["passed"] and checks["grant"]["row"]["constraints"] == {
+            "amount": {"max": 2000}
+        }
         assert checks["amount"] == {"amount": 2000, "approved_amount": 2000, "passed": True}
         assert checks["eligibility"]["passed"]
         assert checks["eligibility"]["payment"]["refunded_total"] == 0

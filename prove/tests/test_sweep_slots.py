@@ -40,12 +40,22 @@ def test_running_weights_never_exceed_the_slots() -> None:
     assert all(out == item[0].upper() for item, out in pairs)
 
 
-def test_a_lighter_item_fills_the_slots_a_heavy_one_cannot_use() -> None:
-    # slots 4: heavy (3) runs; the next heavy does not fit, so the light ones start beside it
-    items = [("heavy1", 3, 0.3), ("heavy2", 3, 0.3), ("light", 1, 0.05)]
-    order, peak, _ = _record(4, items)
-    assert order[0] == "light"  # started with heavy1, long before heavy2 could
-    assert peak == 4
+def test_items_that_fit_together_run_together() -> None:
+    items = [("heavy1", 3, 0.3), ("heavy2", 2, 0.3), ("light", 1, 0.05)]
+    order, peak, _ = _record(6, items)
+    assert order[0] == "light"  # all three started at once; the light one ended first
+    assert peak == 6
+
+
+def test_light_items_do_not_starve_a_heavy_one() -> None:
+    # slots 2, light items finish one at a time: without a reservation each freed slot would
+    # go to the next light item and the heavy one would run last
+    items = [("l0", 1, 0.1), ("l1", 1, 0.15), ("heavy", 2, 0.05)] + [
+        (f"l{i}", 1, 0.1) for i in range(2, 8)
+    ]
+    order, peak, _ = _record(2, items)
+    assert peak <= 2
+    assert order.index("heavy") <= 3  # started as soon as l0 and l1 were done
 
 
 def test_a_weight_above_the_slots_runs_alone() -> None:

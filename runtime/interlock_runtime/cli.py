@@ -14,7 +14,8 @@
     interlock ambiguous [--json]
     interlock reconcile EFFECT_ID --evidence TEXT --by WHO
     interlock revoke GRANT_ID --by WHO
-    interlock approve WF --amount N --by WHO
+    interlock approve WF --by WHO [--payload JSON] [--action A]
+    interlock db status | upgrade
     interlock breaker list | reset TARGET
     interlock watchdog [--threshold S] [--json] [--every S]
     interlock roles [--login USER=worker|operator|auditor ...]   (with an admin DSN)
@@ -135,6 +136,11 @@ def _signal(args: argparse.Namespace) -> int:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
         print(f"interlock signal: --payload is not JSON ({exc}); nothing was sent", file=sys.stderr)
+        return 2
+    if args.name == "approve" and not (isinstance(payload, dict) and "grant_id" in payload):
+        print("interlock signal: an approval needs a grant, which a bare signal does not make; "
+              f"run `interlock approve {args.id} --by WHO [--payload JSON]`; nothing was sent",
+              file=sys.stderr)  # fmt: skip
         return 2
     with _runtime(args) as rt:
         signal_id = rt.signal(args.id, args.name, payload, sender=args.sender)

@@ -480,8 +480,27 @@ class WorkflowContext:
         until = None if timeout is None else (lambda now: now + timedelta(seconds=timeout))
         return self._wait(seq, "signal", name, until, name)
 
+    def wait_approval(self, proposal: Any, timeout: float | None = None) -> dict | None:
+        """Wait for a person to approve `proposal` (the payload this workflow will offer its
+        effect), shown as such by `interlock describe`, `interlock approve` and the console.
+        Returns the approval {grant_id, payload, facts_seen} (rt.approve / `interlock approve`
+        make it: a grant bound to exactly that payload), or None after `timeout` seconds. The
+        payload approved may differ from the proposal; the effect then offers what was
+        approved or is refused."""
+        try:
+            db.to_json_text(proposal, "the proposal")
+        except TypeError as exc:
+            raise InvalidInput(str(exc)) from None
+        seq, row = self._next("signal", APPROVAL_SIGNAL)
+        if row is not None:
+            return _approval(row["output"])
+        self._frontier()
+        until = None if timeout is None else (lambda now: now + timedelta(seconds=timeout))
+        return _approval(self._wait(seq, "signal", APPROVAL_SIGNAL, until, APPROVAL_SIGNAL,
+                                    proposal=proposal))  # fmt: skip
+
     def _wait(self, seq: int, kind: str, name: str, first_until: Callable[[datetime], datetime] | None,
-              signal: str | None) -> Any:  # fmt: skip
+              signal: str | None, proposal: Any = None) -> Any:  # fmt: skip
         """The one-transaction suspend (spec 5.6). The fence locks the workflow row first, so a
         concurrent signal either committed before (the mailbox check sees it) or waits for this
         commit and then wakes the row: no wakeup is lost."""
@@ -506,6 +525,8 @@ class WorkflowContext:
                 return None
             state = {"seq": seq, "kind": kind, "name": name, "signal": signal,
                      "until": _iso(until) if until else None}  # fmt: skip
+            if proposal is not None:
+                state["proposal"] = proposal
             self._conn.execute(db.query("suspend_until"),
                                {"wf": self.workflow_id, "status": "sleeping",
                                 "waiting": db.jsonb(state), "until": until or "infinity"})  # fmt: skip
@@ -584,3 +605,23 @@ def _newest_version(conn: psycopg.Connection, name: str) -> str:
     if row is None:
         raise InvalidInput(f"no deployment serves workflow {name!r}; register it before ctx.child")
     return row["version"]
+
+
+APPROVAL_SIGNAL = "approve"  # the signal rt.approve sends with its grant
+
+
+def _approval(payload: Any) -> dict | None:
+    """An approval signal's payload, checked: a bare `approve` signal carries no grant."""
+    if payload is None:
+        return None
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(payload.get("grant_id"), str)
+        or ("payload" not in payload)
+    ):
+        raise InvalidInput(
+            "the 'approve' signal this workflow received carries no grant_id and payload: "
+            "approvals go through rt.approve() or `interlock approve WF --by WHO`, which create "
+            "the grant the effect needs"
+        )
+    return payload

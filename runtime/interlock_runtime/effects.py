@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from . import db, journal, killpoints
+from . import authority, db, journal, killpoints
 from .errors import Fenced, InvalidInput, Suspend, TargetRejected
 from .events import emit
 from .vocabulary import LANDED_RESULTS, ResultStatus
@@ -52,9 +52,13 @@ STATUSES = ResultStatus.values()
 
 @dataclass(frozen=True)
 class EffectResult:
+    """What ctx.effect returns. `status` is a vocabulary.ResultStatus; `result` what the
+    target answered (or found); `reason` says why, for a refusal or an ambiguity."""
+
     status: str
     effect_id: str
     result: Any = None
+    reason: str | None = None
 
     @property
     def refused(self) -> bool:
@@ -71,7 +75,8 @@ class EffectRefused(Exception):
 
     def __init__(self, result: EffectResult):
         self.result = result
-        super().__init__(f"effect {result.effect_id} refused: {result.status}")
+        why = f" ({result.reason})" if result.reason else ""
+        super().__init__(f"effect {result.effect_id} refused: {result.status}{why}")
 
 
 @dataclass(frozen=True)
@@ -145,15 +150,22 @@ class _Chain:
         return sealed
 
 
+def target_action(target: Any, spec: TargetSpec) -> str:
+    """The action an effect on `target` performs unless ctx.effect names one: the target's
+    `action` attribute, else its name (a grant must allow that action)."""
+    action = getattr(target, "action", None)
+    return action if isinstance(action, str) and action else spec.name
+
+
 def _snapshot(grant: dict | None, grant_id: str) -> dict:
     """The grant as the receipt records it (the keys verify() reads)."""
     if grant is None:
-        return {"grant_id": grant_id, "principal": None, "action": None, "max_cents": None,
+        return {"grant_id": grant_id, "principal": None, "action": None, "constraints": None,
                 "payload_hash": None, "expires_at": None, "revoked": "unknown grant",
                 "granted_by": None}  # fmt: skip
     return {
         "grant_id": grant["id"], "principal": grant["principal"], "action": grant["action"],
-        "max_cents": grant["max_cents"], "payload_hash": grant["payload_hash"],
+        "constraints": grant["constraints"], "payload_hash": grant["payload_hash"],
         "expires_at": grant["expires_at"].isoformat() if grant["expires_at"] else None,
         "revoked": grant["revoked_at"].isoformat() if grant["revoked_at"] else None,
         "granted_by": grant["granted_by"],
@@ -161,13 +173,13 @@ def _snapshot(grant: dict | None, grant_id: str) -> dict:
 
 
 def _grant_checks(grant: dict | None, grant_id: str, action: str, payload: Any, ph: str) -> dict:
-    amount = payload.get("amount") if isinstance(payload, dict) else None
-    allowed = bool(
-        grant is not None and grant["live"] and grant["action"] == action
-        and (grant["max_cents"] is None or (amount is not None and amount <= grant["max_cents"]))
-        and (grant["payload_hash"] is None or grant["payload_hash"] == ph)
-    )  # fmt: skip
-    return {"lease_live": allowed, "lease": _snapshot(grant, grant_id)}
+    """The authority check of a send, as the journal records it: lease_live (the grant covers
+    this send now), the grant's snapshot, and the reasons when it does not."""
+    reasons = authority.refusal_reasons(grant, grant_id, action, payload, ph)
+    out = {"lease_live": not reasons, "lease": _snapshot(grant, grant_id)}
+    if reasons:
+        out["refusals"] = reasons
+    return out
 
 
 def _local_violations(conn: psycopg.Connection, local_premises: Any, eid: str) -> list[str]:
@@ -204,13 +216,13 @@ class EffectCall:
 
     # -- outcomes ---------------------------------------------------------------------------
 
-    def _result(self, status: str, result: Any = None) -> EffectResult:
-        return EffectResult(status, self.eid, result)
+    def _result(self, status: str, result: Any = None, reason: str | None = None) -> EffectResult:
+        return EffectResult(status, self.eid, result, reason)
 
-    def _record(self, status: str, result: Any = None) -> EffectResult:
+    def _record(self, status: str, result: Any = None, reason: str | None = None) -> EffectResult:
         """Insert the effect's step row inside the open fenced transaction (unless this call
         only resolves someone else's send: orphans, or a caller offering another payload)."""
-        res = self._result(status, result)
+        res = self._result(status, result, reason)
         if self.records_step:
             self.ctx._insert_step(self.seq, "effect", self.name, output=asdict(res),
                                   fingerprint=self.fingerprint)  # fmt: skip
@@ -285,7 +297,10 @@ class EffectCall:
                              premises=self.premises, effect=self.payload, decision=self.decision)  # fmt: skip
                 chain.append("REFUSED", reason="payload differs from recorded decision",
                              recorded=eff["payload_hash"], offered=self.ph)  # fmt: skip
-                return self._record("REFUSED:conflicting_payload")
+                return self._record(
+                    "REFUSED:conflicting_payload",
+                    reason="this key was first proposed with another payload",
+                )
             elif eff["state"] == "ambiguous":
                 return self._record("AMBIGUOUS")
             elif eff["state"] == "committed":
@@ -307,29 +322,34 @@ class EffectCall:
                      effect=self.payload, decision=self.decision)  # fmt: skip
         if fence["cancel_requested_at"] is not None and not self.compensation:
             chain.append("REFUSED", reason="cancelled")
-            return self._record("REFUSED:cancelled")
+            return self._record("REFUSED:cancelled", reason="the workflow was cancelled")
         breaker = self._breaker()
         if breaker is not None and breaker["open"]:
             state = {k: breaker[k] for k in ("consecutive_failures", "threshold")}
             state["opened_at"] = breaker["opened_at"].isoformat()
             chain.append("REFUSED", reason=f"circuit open for target {self.spec.name}",
                          breaker=state)  # fmt: skip
-            return self._record("REFUSED:circuit_open")
+            return self._record(
+                "REFUSED:circuit_open", reason=f"circuit open for target {self.spec.name}"
+            )
         grant = self.conn.execute(
             db.query("lock_grant_for_share"), {"grant": self.grant}
         ).fetchone()
         checks = _grant_checks(grant, self.grant, self.action, self.payload, self.ph)
         if not checks["lease_live"]:
-            chain.append("REFUSED", reason="lease not live, or it does not cover this effect",
-                         checks=checks)  # fmt: skip
-            return self._record("REFUSED:lease")
+            why = "; ".join(checks["refusals"])
+            chain.append("REFUSED", reason=why, checks=checks)
+            return self._record("REFUSED:lease", reason=why)
         chain.append("AUTHORIZED", lease=self.grant)
         checks["violations"] = violations + _local_violations(
             self.conn, self.local_premises, self.eid
         )
         if checks["violations"]:
             chain.append("REFUSED", reason=checks["violations"], checks=checks)
-            return self._record("REFUSED:stale_premise")
+            return self._record(
+                "REFUSED:stale_premise",
+                reason="premise changed: " + "; ".join(checks["violations"]),
+            )
         by = {"workflow_id": ctx.workflow_id, "epoch": ctx.epoch}
         if self.compensation:
             by["compensation"] = True
@@ -550,7 +570,11 @@ class EffectCall:
             chain.append("REFUSED", reason=f"target rejected: {exc.reason}", resolves=True,
                          response=db.json_value(exc.response, "response"))  # fmt: skip
             self.conn.execute(db.query("set_effect_state"), {"eid": self.eid, "state": "proposed"})
-            return self._record("REFUSED:target_error", db.json_value(exc.response, "response"))
+            return self._record(
+                "REFUSED:target_error",
+                db.json_value(exc.response, "response"),
+                f"target rejected: {exc.reason}",
+            )
 
     def _resolved_elsewhere_in_txn(self, eff: dict) -> EffectResult:
         status = {"committed": "DUPLICATE_IGNORED", "ambiguous": "AMBIGUOUS"}.get(eff["state"])
@@ -621,14 +645,15 @@ class EffectCall:
             why = "lease" if lease_stale else "stale_premise"
             chain = _Chain(self.conn, self.eid, _entries(self.conn, self.eid), now.timestamp())
 
-            def finish(state: str, status: str, result: Any = None) -> EffectResult | None:
+            def finish(state: str, status: str, result: Any = None,
+                       reason: str | None = None) -> EffectResult | None:  # fmt: skip
                 if state != "dispatched":
                     self.conn.execute(
                         db.query("set_effect_state"), {"eid": self.eid, "state": state}
                     )
                 if offered_other:
                     return None
-                return self._record(status, result)
+                return self._record(status, result, reason)
 
             if tier == 3:
                 chain.append("AMBIGUOUS", reason="tier 3: no lookup and no dedup; cannot tell "
@@ -658,7 +683,13 @@ class EffectCall:
             elif stale:
                 chain.append("REFUSED", reason=f"{why} at recovery", resolves=True,
                              rechecked=rechecked)  # fmt: skip
-                return finish("proposed", f"REFUSED:{why}_at_recovery")
+                detail = (rechecked.get("refusals") if lease_stale
+                          else ["premise changed: " + "; ".join(rechecked["violations"])])  # fmt: skip
+                return finish(
+                    "proposed",
+                    f"REFUSED:{why}_at_recovery",
+                    reason="at recovery, not resent: " + "; ".join(detail or []),
+                )
             else:
                 resend_via = "recovery-reapply"
             # A resend: the durable record (dispatch pair, deadline, sends) commits before any
@@ -706,7 +737,7 @@ def run_effect(ctx: WorkflowContext, target: Any, key: str, payload: Any, premis
     for fn, _ in local_premises:
         if not isinstance(fn, str) or not _FUNCTION.match(fn):
             raise InvalidInput(f"local premise {fn!r} is not a SQL function name (schema.name)")
-    action = action or getattr(target, "action", "refund")
+    action = action or target_action(target, spec)
     call_name = name or f"effect:{key}"
     eid = journal.effect_id_for(key)
     seq, row = ctx._next(
@@ -732,7 +763,7 @@ def resolve_orphan(ctx: WorkflowContext, target: Any, effect_row: dict) -> Effec
     again, under a synthetic claim; writes the journal and the effects row only."""
     spec = check_target(target)
     call = EffectCall(ctx, 0, "$orphan", target, spec, "orphan", effect_row["payload"], None,
-                      effect_row["grant_id"], getattr(target, "action", "refund"), (), False, None)  # fmt: skip
+                      effect_row["grant_id"], target_action(target, spec), (), False, None)  # fmt: skip
     call.eid = effect_row["effect_id"]
     call.ph = effect_row["payload_hash"]
     call.records_step = False

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import journal
+from . import authority, journal
 from .vocabulary import ResendVia
 
 FORMAT = "interlock-receipt/1"
@@ -274,7 +274,13 @@ def _grant_reasons(checks: Mapping[str, Any], payload: Any, ts: Any, lease: Any)
             reasons.append(
                 f"grant {grant_id!r} expired at {expires_at}, before the send at {_iso(ts)}"
             )
-    max_cents = snap.get("max_cents")
+    constraints = snap.get("constraints")
+    if constraints is not None:
+        if not isinstance(constraints, Mapping):
+            reasons.append(f"grant {grant_id!r} has unreadable constraints {constraints!r}")
+        else:
+            reasons += authority.constraint_violations(constraints, payload)
+    max_cents = snap.get("max_cents")  # receipts written before migration 0002
     if max_cents is not None:
         amount = payload.get("amount") if isinstance(payload, Mapping) else None
         if isinstance(max_cents, bool) or not isinstance(max_cents, (int, float)):
@@ -568,7 +574,8 @@ def verify(bundle: Any, key: bytes | None = None) -> dict[str, Any]:
     - authorized_when_fired: every send's check passed and re-derives: for a DISPATCHED, an
       AUTHORIZED for its lease since the last PROPOSED, checks.lease_live true, and the snapshot
       checks.lease naming that grant, revoked null, expires_at null or later than the entry's
-      ts, amount (payload "amount") <= max_cents when set, payload_hash equal when set. For a
+      ts, the payload within the grant's constraints when set (authority.py; receipts from
+      before constraints: amount <= max_cents), payload_hash equal when set. For a
       resend the same over COMMITTED.rechecked, at rechecked.ts if recorded, else at the
       COMMITTED's ts. True when nothing was sent.
     - assumptions_held: every send recorded its premise check (checks.violations, or

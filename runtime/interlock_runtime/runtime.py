@@ -6,6 +6,7 @@ Runtime(dsn) applies the schema. Every method validates its input before it writ
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -14,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, journal, local_postgres, migrations, receipts
+from . import authority, db, journal, local_postgres, migrations, receipts
 from .errors import (
     CodeChanged,
     InvalidInput,
@@ -238,37 +239,50 @@ class Runtime:
 
     # -- authority ----------------------------------------------------------------------------
 
-    def grant(self, principal: str, action: str, max_cents: int | None = None,
+    def grant(self, principal: str, action: str, *, constraints: Any = None,
               expires_in: float | None = None, by: str | None = None,
               grant_id: str | None = None) -> str:  # fmt: skip
-        """A policy grant: `principal` may perform `action` up to max_cents until it expires."""
+        """A policy grant: `principal` may perform `action`, within `constraints` (bounds on
+        named payload fields, see authority.py: {"amount": {"max": 5000}}), until it expires
+        (`expires_in` seconds; None: until revoked)."""
         if not by:
             raise InvalidInput("grant(by=...) is required: who grants this authority")
+        if not isinstance(action, str) or not action:
+            raise InvalidInput("grant(action=...) must name the action it allows, e.g. 'refund'")
         gid = check_id(grant_id or f"grant_{uuid.uuid4().hex[:16]}", "grant id")
-        params = {"id": gid, "principal": principal, "action": action, "max_cents": max_cents,
-                  "payload_hash": None, "facts_seen": None, "by": by, "expires_in": expires_in}  # fmt: skip
+        bounds = authority.validate_constraints(
+            json.loads(_input_text(constraints, "constraints")) if constraints is not None else None
+        )
+        params = {"id": gid, "principal": principal, "action": action,
+                  "constraints": None if bounds is None else db.jsonb(bounds),
+                  "payload_hash": None, "facts_seen": None, "by": by,
+                  "expires_in": _expires_in(expires_in)}  # fmt: skip
         try:
             self._execute(db.query("insert_grant"), params)
         except psycopg.errors.UniqueViolation:
             raise WorkflowConflict(f"grant id {gid!r} already exists") from None
         return gid
 
-    def approve(self, wf_id: str, payload: Any, facts_seen: Any, by: str,
-                expires_in: float | None = None, action: str = "refund",
+    def approve(self, wf_id: str, payload: Any, facts_seen: Any = None, *, by: str,
+                expires_in: float | None = None, action: str | None = None,
                 principal: str | None = None) -> str:  # fmt: skip
         """A human approval, in one transaction: a grant bound to exactly this payload (its hash)
         and the facts the approver saw, plus the `approve` signal {grant_id, payload,
-        facts_seen} that wakes the workflow."""
+        facts_seen} that wakes the workflow. `action` None: the grant covers this payload
+        whatever the effect's action; name one to narrow it."""
         if not by:
             raise InvalidInput("approve(by=...) is required: who approves")
+        if action is not None and (not isinstance(action, str) or not action):
+            raise InvalidInput("approve(action=...) must be a non-empty string or None")
         body = json.loads(_input_text({"payload": payload, "facts_seen": facts_seen}, "approval"))
         gid = f"grant_{uuid.uuid4().hex[:16]}"
         with self._lock, self._conn.transaction():
             _lock_live(self._conn, wf_id, "approved")
             self._conn.execute(db.query("insert_grant"), {
                 "id": gid, "principal": principal or f"workflow:{wf_id}", "action": action,
-                "max_cents": None, "payload_hash": journal.payload_hash(body["payload"]),
-                "facts_seen": db.jsonb(body["facts_seen"]), "by": by, "expires_in": expires_in})  # fmt: skip
+                "constraints": None, "payload_hash": journal.payload_hash(body["payload"]),
+                "facts_seen": db.jsonb(body["facts_seen"]), "by": by,
+                "expires_in": _expires_in(expires_in)})  # fmt: skip
             signal_in(self._conn, wf_id, "approve", {"grant_id": gid, **body}, sender=by)
         return gid
 
@@ -393,14 +407,25 @@ def cancel_in(conn: psycopg.Connection, wf_id: str, by: str | None = None) -> No
 
 def _input_text(value: Any, what: str = "workflow input") -> str:
     try:
-        text = db.to_json_text(value, "workflow input")
+        text = db.to_json_text(value, what)
     except TypeError as exc:
         raise InvalidInput(
             f"{exc}; pass JSON values only (dict, list, str, number, bool, None)"
         ) from None
     if len(text.encode()) > MAX_INPUT_BYTES:
-        raise InvalidInput(f"workflow input is {len(text)} bytes; the limit is {MAX_INPUT_BYTES}")
+        raise InvalidInput(f"{what} is {len(text)} bytes; the limit is {MAX_INPUT_BYTES}")
     return text
+
+
+def _expires_in(seconds: Any) -> float | None:
+    """None (never expires) or a positive, finite number of seconds."""
+    if seconds is None:
+        return None
+    if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds) or seconds <= 0):  # fmt: skip
+        raise InvalidInput(f"expires_in must be a positive number of seconds (or None: until "
+                           f"revoked), not {seconds!r}")  # fmt: skip
+    return float(seconds)
 
 
 def register_deployment(conn: psycopg.Connection, wf: WorkflowDef, allow_code_change: bool) -> None:

@@ -217,7 +217,8 @@ def refund(ctx, case):
     """The case of DESIGN B11, shortened: decide, wait for approval, refund through the gate."""
     target = refund_target(case)
     decision = ctx.decide("pick_amount", stub_model, {"case": case["id"]}, premises=target.capture)
-    approval = ctx.wait_signal("approve", timeout=case.get("approval_timeout", 600))
+    proposal = {"payment": case["payment"], "amount": decision.output["amount"]}
+    approval = ctx.wait_approval(proposal, timeout=case.get("approval_timeout", 600))
     if approval is None:
         return {"status": "approval expired"}
     local = [(fn, args) for fn, args in case.get("local_premises", [])]
@@ -227,6 +228,13 @@ def refund(ctx, case):
     return {"status": r.status, "effect_id": r.effect_id, "result": r.result}
 
 
+@workflow(name="approve_only", version="1")
+def approve_only(ctx, inp):
+    """Waits for a person to approve what it proposes; no decision, no effect."""
+    approval = ctx.wait_approval({"to": inp["to"], "template": "invoice"}, timeout=600)
+    return {"approval": approval}
+
+
 @workflow(name="policy_refund", version="1")
 def policy_refund(ctx, case):
     """A refund under a standing policy grant (no approval step): the payload is the input's."""
@@ -234,9 +242,9 @@ def policy_refund(ctx, case):
     premises = ctx.step("capture", target.capture)
     local = [(fn, args) for fn, args in case.get("local_premises", [])]
     r = ctx.effect(target, key=f"refund:{case['id']}", payload=case["payload"], premises=premises,
-                   grant=case["grant"], local_premises=local,
+                   grant=case["grant"], local_premises=local, action=case.get("action"),
                    compensation=case.get("compensation", False))  # fmt: skip
-    return {"status": r.status, "effect_id": r.effect_id}
+    return {"status": r.status, "effect_id": r.effect_id, "reason": r.reason}
 
 
 @workflow(name="cancel_then_refund", version="1")

@@ -293,7 +293,7 @@ def test_ambiguous_effect_is_reconciled_from_the_effects_page(
 
 def test_forged_posts_escaping_and_unknown_ids(dsn, conn, workers, console, browser) -> None:
     with Runtime(dsn) as rt:
-        grant = rt.grant("agent", "refund", max_cents=5000, by="policy")
+        grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
         workers("W1")
         rt.start(flows.echo, "wf-html", {"note": HOSTILE})
         assert rt.result("wf-html", timeout=30) == {"note": HOSTILE}
@@ -365,7 +365,7 @@ def test_the_console_runs_under_the_operator_role(dsn, conn, browser, tmp_path) 
     db.apply_roles(conn, {"ilr_t_console_op": "operator"})
     op_dsn = make_conninfo(**{**conninfo_to_dict(dsn), "user": "ilr_t_console_op"})
     with Runtime(dsn) as rt:
-        grant = rt.grant("agent", "refund", max_cents=5000, by="policy")
+        grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
     c = Console(op_dsn, tmp_path)
     try:
         page = browser.new_page()

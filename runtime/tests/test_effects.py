@@ -133,7 +133,7 @@ def test_revoke_during_outage_is_refused_at_recovery(dsn, workers, target_factor
 def test_revoked_grant_refuses_the_dispatch(dsn, workers, target_factory) -> None:
     target, admin = target_factory(2)
     with Runtime(dsn) as rt:
-        grant = rt.grant("agent", "refund", max_cents=5000, by="policy")
+        grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
         assert rt.revoke(grant, by="alice") == []
         rt.start(flows.policy_refund, "wf-rev", case(target, 2, payload={"amount": 2000},
                                                       grant=grant))  # fmt: skip
@@ -141,18 +141,44 @@ def test_revoked_grant_refuses_the_dispatch(dsn, workers, target_factory) -> Non
         out = rt.result("wf-rev", timeout=30)
         v = receipts.verify(rt.receipt(out["effect_id"]))
     assert out["status"] == "REFUSED:lease" and refunds(admin) == []
+    assert out["reason"].startswith(f"revoked: grant {grant!r} was revoked at ")
     assert v["valid"] and v["happened"] is False and v["refused"]
 
 
 def test_amount_above_the_grant_cap_is_refused(dsn, workers, target_factory) -> None:
     target, admin = target_factory(2)
     with Runtime(dsn) as rt:
-        grant = rt.grant("agent", "refund", max_cents=1000, by="policy")
+        grant = rt.grant("agent", "refund", constraints={"amount": {"max": 1000}}, by="policy")
         rt.start(flows.policy_refund, "wf-cap", case(target, 2, payload={"amount": 2000},
                                                       grant=grant))  # fmt: skip
         workers("W1")
-        assert rt.result("wf-cap", timeout=30)["status"] == "REFUSED:lease"
-    assert refunds(admin) == []
+        out = rt.result("wf-cap", timeout=30)
+    assert out["status"] == "REFUSED:lease" and refunds(admin) == []
+    assert out["reason"] == "constraint: amount 2000 is above the grant's max 1000"
+
+
+@pytest.mark.parametrize(("granted", "offered", "why"), [
+    ("send_email", None, "action_mismatch: grant 'g-act' allows action 'send_email', this "
+                         "effect is 'refund'"),  # the target's declared action
+    ("refund", "refund_partial", "action_mismatch: grant 'g-act' allows action 'refund', this "
+                                 "effect is 'refund_partial'"),  # ctx.effect(action=...)
+    ("refund_partial", "refund_partial", None),
+])  # fmt: skip
+def test_a_grant_covers_only_its_action_and_the_refusal_says_so(
+    dsn, workers, target_factory, granted, offered, why
+) -> None:
+    target, admin = target_factory(2)
+    with Runtime(dsn) as rt:
+        rt.grant("agent", granted, by="policy", grant_id="g-act")
+        rt.start(flows.policy_refund, "wf-act", case(target, 2, payload={"amount": 2000},
+                                                      grant="g-act", action=offered))  # fmt: skip
+        workers("W1")
+        out = rt.result("wf-act", timeout=30)
+    if why is None:
+        assert out["status"] == "COMMITTED" and refunds(admin) == [2000]
+    else:
+        assert out["status"] == "REFUSED:lease" and out["reason"].startswith(why)
+        assert refunds(admin) == [] and posts(admin) == []
 
 
 def test_fork_reaching_a_committed_effect_sends_nothing(dsn, workers, target_factory) -> None:

@@ -11,12 +11,16 @@ def test_approve_cli_refuses_bad_input_clearly(dsn, capsys) -> None:
     from interlock_runtime import Runtime
     from interlock_runtime.approve_cli import main
 
-    assert main(["wf-x", "--amount", "2000"]) == 2  # --by is required
+    assert main(["wf-x"]) == 2  # --by is required
     assert main(["wf-x", "--payload", "{nope", "--by", "alice", "--dsn", dsn]) == 2
     assert "not JSON" in capsys.readouterr().err
-    assert main(["wf-missing", "--amount", "2000", "--by", "alice", "--dsn", dsn]) == 1
+    assert main(["wf-missing", "--payload", "{}", "--by", "alice", "--dsn", dsn]) == 1
     with Runtime(dsn) as rt:
-        rt.start(flows.echo, "wf-echo", {"payment": "pay_881"})  # no worker: nothing decided
-    assert main(["wf-echo", "--amount", "2000", "--by", "alice", "--dsn", dsn]) == 2
-    assert "no recorded decision" in capsys.readouterr().err
-    assert main(["wf-echo", "--amount", "-5", "--by", "alice", "--dsn", dsn]) == 2
+        rt.start(flows.echo, "wf-echo", {"payment": "pay_881"})  # no worker: nothing proposed
+    assert main(["wf-echo", "--by", "alice", "--dsn", dsn]) == 2
+    assert "proposes no payload" in capsys.readouterr().err
+    assert main(["wf-echo", "--by", "alice", "--decision", "nope", "--dsn", dsn]) == 2
+    assert "no recorded decision named 'nope'" in capsys.readouterr().err
+    assert main(["wf-echo", "--payload", "{}", "--by", "alice", "--expires-in", "-5",
+                 "--dsn", dsn]) == 2  # fmt: skip
+    assert "positive number of seconds" in capsys.readouterr().err

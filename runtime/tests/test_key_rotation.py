@@ -33,7 +33,7 @@ def committed_entries(case: str) -> tuple[str, list[dict]]:
     """A sealed PROPOSED, AUTHORIZED, DISPATCHED, COMMITTED chain (spec 5.7 shapes)."""
     eid = effect_id_for(case)
     grant = {"grant_id": f"g-{case}", "principal": "refund-agent", "action": "refund",
-             "max_cents": None, "payload_hash": payload_hash(PAYLOAD), "expires_at": None,
+             "constraints": None, "payload_hash": payload_hash(PAYLOAD), "expires_at": None,
              "revoked": None, "granted_by": "alice"}  # fmt: skip
     bodies = [
         {"kind": "PROPOSED", "agent": "refund", "lease": grant["grant_id"], "premises": PREMISES,

@@ -40,7 +40,7 @@ def snapshot(**changes: object) -> dict:
         "grant_id": "grant-approve-1",
         "principal": "refund-agent",
         "action": "refund",
-        "max_cents": 5000,
+        "constraints": {"amount": {"max": 5000}},
         "payload_hash": payload_hash(PAYLOAD),
         "expires_at": "2027-01-01T00:00:00+00:00",
         "revoked": None,
@@ -318,7 +318,10 @@ def test_send_under_a_revoked_grant_is_not_authorized() -> None:
     [
         ({"live": False}, "did not pass"),
         ({"expires_at": "2026-11-18T08:00:00Z"}, "expired"),
-        ({"max_cents": 1000}, "exceeds the grant's max_cents 1000"),
+        ({"constraints": {"amount": {"max": 1000}}}, "amount 2000 is above the grant's max 1000"),
+        ({"constraints": {"currency": {"in": ["usd"]}}}, "the payload has no 'currency'"),
+        # a receipt written before migration 0002 carries max_cents; it still verifies
+        ({"constraints": None, "max_cents": 1000}, "exceeds the grant's max_cents 1000"),
         ({"payload_hash": payload_hash({**PAYLOAD, "amount": 3000})}, "payload_hash"),
         ({"grant_id": "grant-other"}, "snapshot is of grant 'grant-other'"),
     ],
@@ -336,7 +339,7 @@ def test_grant_expiry_is_judged_at_the_entry_ts() -> None:
     assert verify(built.bundle())["authorized_when_fired"] is True
     built = Journal().submit(expires_at=iso(T0 + 1.5)).add("COMMITTED", result=RESULT)
     assert verify(built.bundle())["authorized_when_fired"] is False  # expires_at > now() fails
-    no_cap = Journal().submit(max_cents=None, payload_hash=None, expires_at=None)
+    no_cap = Journal().submit(constraints=None, payload_hash=None, expires_at=None)
     assert verify(no_cap.bundle())["authorized_when_fired"] is True
 
 

@@ -42,7 +42,7 @@ def roles(dsn, conn):
 WORKER_DENIED = [
     ("insert a grant", "insert into ilr.grants (id, principal, action, granted_by) values "
                        "('g2', 'agent', 'refund', 'agent')"),
-    ("widen a grant", "update ilr.grants set max_cents = null"),
+    ("widen a grant", "update ilr.grants set constraints = null"),
     ("revoke", "update ilr.grants set revoked_at = now()"),
     ("forge an approval signal", "insert into ilr.signals (workflow_id, name, payload) "
                                  "values ('wf', 'approve', '{\"grant_id\": \"g1\"}')"),

@@ -37,7 +37,7 @@ select effect_id, workflow_id, target, tier, state, grant_id, sends, first_dispa
 _JOURNAL = "select seq, kind, body from ilr.journal where effect_id = %(eid)s order by seq"
 
 _GRANTS = """
-select g.id, g.principal, g.action, g.max_cents, g.payload_hash, g.facts_seen, g.granted_by,
+select g.id, g.principal, g.action, g.constraints, g.payload_hash, g.facts_seen, g.granted_by,
        g.expires_at, g.revoked_at, g.revoked_by, g.created_at,
        (g.revoked_at is null and (g.expires_at is null or g.expires_at > now())) as live,
        (select count(*) from ilr.effects e where e.grant_id = g.id) as effects,
@@ -48,7 +48,7 @@ select g.id, g.principal, g.action, g.max_cents, g.payload_hash, g.facts_seen, g
  limit %(limit)s"""
 
 _GRANT = """
-select id, principal, action, max_cents, payload_hash, facts_seen, granted_by, expires_at,
+select id, principal, action, constraints, payload_hash, facts_seen, granted_by, expires_at,
        revoked_at, revoked_by, created_at,
        (revoked_at is null and (expires_at is null or expires_at > now())) as live
   from ilr.grants where id = %(grant)s"""
@@ -66,26 +66,15 @@ def fingerprint(wf_id: str, payload: Any, facts: Any) -> str:
 
 
 def proposal(wf: dict) -> dict:
-    """The latest decision of a waiting workflow and the payload it proposes.
-
-    A decision's response may carry the payload itself ({"payload": ...}); otherwise an
-    {"amount": N} answer proposes {"payment", "amount"}, as `interlock approve` builds it."""
-    try:
-        decision = approve_cli.decided(wf)
-    except ValueError as exc:
-        return {"decision": None, "payload": None, "facts": None, "problem": str(exc)}
-    response = decision.get("response")
+    """What a waiting workflow proposes for approval (ctx.wait_approval's proposal, else the
+    payload of its latest decision) and the facts of that decision, as `interlock approve`."""
+    decision = approve_cli.decided(wf)
     payload, problem = None, None
-    if isinstance(response, dict) and "payload" in response:
-        payload = response["payload"]
-    elif isinstance(response, dict) and "amount" in response:
-        try:
-            payload = approve_cli.approval_payload(wf, decision, response["amount"], None)
-        except ValueError as exc:
-            problem = str(exc)
-    else:
-        problem = "the decision proposes no payload; approve with `interlock approve --payload`"
-    facts = decision.get("premises")
+    try:
+        payload = approve_cli.proposed_payload(wf, decision)
+    except ValueError as exc:
+        problem = str(exc)
+    facts = decision.get("premises") if decision else None
     return {"decision": decision, "payload": payload, "facts": facts, "problem": problem,
             "fingerprint": fingerprint(wf["id"], payload, facts)}  # fmt: skip
 

@@ -278,7 +278,7 @@ values (%(eid)s, %(kind)s, %(body)s, %(prev)s, %(hash)s);
 select * from ilr.lock_grant_for_share(%(grant)s);
 
 -- name: get_grant
-select id, principal, action, max_cents, payload_hash, facts_seen, granted_by, expires_at,
+select id, principal, action, constraints, payload_hash, facts_seen, granted_by, expires_at,
        revoked_at, created_at,
        (revoked_at is null and (expires_at is null or expires_at > now())) as live
   from ilr.grants where id = %(grant)s;
@@ -306,9 +306,9 @@ update ilr.effects set state = %(state)s where effect_id = %(eid)s;
 update ilr.effects set late_result = %(late)s where effect_id = %(eid)s;
 
 -- name: insert_grant
-insert into ilr.grants (id, principal, action, max_cents, payload_hash, facts_seen, granted_by,
+insert into ilr.grants (id, principal, action, constraints, payload_hash, facts_seen, granted_by,
                         expires_at)
-values (%(id)s, %(principal)s, %(action)s, %(max_cents)s, %(payload_hash)s, %(facts_seen)s,
+values (%(id)s, %(principal)s, %(action)s, %(constraints)s, %(payload_hash)s, %(facts_seen)s,
         %(by)s, case when %(expires_in)s::float8 is null then null
                      else now() + make_interval(secs => %(expires_in)s::float8) end);
 
