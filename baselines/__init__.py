@@ -1,4 +1,4 @@
-"""The Temporal baselines of the Prove harness (spec 11.1): the refund workflow on temporalio.
+"""The Temporal baselines of the Prove harness (docs/design.md#refund-case): the refund workflow on temporalio.
 
 - ``baselines.refund``: the workflow, the decision activity and the two refund activities,
   (a) ``temporal_idem`` with Temporal's recommended key and (b) ``temporal_check`` with the

@@ -15,7 +15,7 @@ the same API for synchronous callers (it runs its own event loop in a thread).
 - ``reset_to_before_decision(client, workflow_id, ...)``: a reset to the first workflow task
   completion, i.e. before the ``decide`` activity was scheduled; the approve signal is
   reapplied to the new run (Temporal's default). ``reset_to_before_decision_cli`` does the same
-  with ``temporal workflow reset --type FirstWorkflowTask`` (spec 11.3 S05). Both return the
+  with ``temporal workflow reset --type FirstWorkflowTask`` (docs/design.md#scenarios S05). Both return the
   new run id.
 """
 

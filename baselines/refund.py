@@ -1,4 +1,4 @@
-"""The refund case of spec 11.1 on temporalio, as a careful Temporal user writes it.
+"""The refund case of docs/design.md#refund-case on temporalio, as a careful Temporal user writes it.
 
 Workflow ``RefundWorkflow`` (input ``{case, payment, sleep_seconds}``): the decision activity
 ``decide`` (the model, EMULATED model variance, through the official anthropic SDK), then
@@ -26,7 +26,7 @@ no ``amount`` bound in its constraints has no cap (the spec's ``>`` would raise 
 ``TargetRejected`` raised by ``http_target.post_refund`` (any Temporal user marks those
 non-retryable; timeouts, connection errors and 5xx stay retryable).
 
-Kill points (spec 2.2, ``interlock_runtime.killpoints``, armed with ILR_KILL_AT / ILR_STOP_AT
+Kill points (docs/design.md#kill-points, ``interlock_runtime.killpoints``, armed with ILR_KILL_AT / ILR_STOP_AT
 in the worker's environment): ``http_target.post_refund`` calls ``hit("effect_before_dispatch")``
 right before the HTTP send and ``hit("effect_after_send")`` after the response, before
 returning; ``decide`` calls ``hit("decide_after_response")`` after the model's answer.
@@ -67,7 +67,9 @@ from . import MODES
 WORKFLOW_NAME = "RefundWorkflow"
 APIS = ("local", "stripe")  # the target's JSON API, or its Stripe-compatible subset (EMULATED)
 DECIDE_START_TO_CLOSE = timedelta(seconds=10)
-REFUND_START_TO_CLOSE = timedelta(seconds=3)  # spec 11.1; the retry policy is the default one
+REFUND_START_TO_CLOSE = timedelta(
+    seconds=3
+)  # docs/design.md#refund-case; the retry policy is the default one
 DEFAULT_SLEEP_SECONDS = 1.0  # stands in for the spec's long sleep (shortened, labeled)
 
 
@@ -187,7 +189,7 @@ class HttpTarget:
         return p
 
     def post_refund(self, payment: str, amount: int, idempotency_key: str) -> dict:
-        """POST /refunds, between the two kill points of spec 2.2."""
+        """POST /refunds, between the two kill points of docs/design.md#kill-points."""
         rec = current_attempt()
         if rec is not None:
             rec.key = idempotency_key

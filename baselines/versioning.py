@@ -1,5 +1,5 @@
 """S14 on temporalio: Worker Versioning with pinned workflows, and a code change without a
-patch (spec 11.3 S14; the Temporal side of prove/versioning.py).
+patch (docs/design.md#scenarios S14; the Temporal side of prove/versioning.py).
 
 Why: the spec predicts S14 "equal", Temporal's mechanisms being Worker Versioning (a workflow
 pinned to the deployment version it started on runs only on that version's workers) and the

@@ -1,4 +1,4 @@
-"""One Temporal worker subprocess for the refund baselines (spec 11.1, DESIGN B11).
+"""One Temporal worker subprocess for the refund baselines (docs/design.md#refund-case).
 
     python -m baselines.worker --address HOST:PORT --task-queue Q
         --mode temporal_idem|temporal_check --target-url URL --payment ID --tier N
@@ -9,7 +9,7 @@
 It registers ``RefundWorkflow``, the ``decide`` activity and the ``refund`` activity of the
 mode (see baselines/refund.py), and polls until SIGTERM or SIGINT (a clean shutdown) or a
 SIGKILL (a crash: the harness's external kill, or an instrumented kill point armed by
-ILR_KILL_AT / ILR_STOP_AT in this process's environment, spec 2.2).
+ILR_KILL_AT / ILR_STOP_AT in this process's environment, docs/design.md#kill-points).
 
 stdout gets one JSON line per lifecycle event: ``{"event": "ready", "id", "pid", "mode",
 "task_queue", "address", "kill_at", "stop_at"}`` once the worker polls, ``{"event": "stopped"}``

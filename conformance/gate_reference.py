@@ -1,18 +1,18 @@
-"""An in-memory reference of one gated effect: the decision table of spec 5.7.
+"""An in-memory reference of one gated effect: the decision table of docs/design.md#gated-effects.
 
 Written from the spec text (5.4 the send watchdog, 5.7 submit a-g, recovery a-d and the
-T_resolve table) and DESIGN B2, B5, B7, B13 and C, not from runtime/interlock_runtime/effects.py.
+T_resolve table) and docs/design.md#vocabulary, B5, B7, B13 and C, not from runtime/interlock_runtime/effects.py.
 It shares only the journal format (interlock_runtime.journal: seal, effect ids, payload hash,
 open dispatch), so receipts.verify() reads its bundles exactly as it reads the runtime's.
 
 One effect (one idempotency key), single-threaded, with a simulated database clock:
 - the effect row: state, payload_hash, grant, dispatch pair, first_dispatched_at,
   send_deadline, settle_margin, sends, late_result;
-- the journal: sealed entries shaped as spec 5.7 says;
+- the journal: sealed entries shaped as docs/design.md#gated-effects says;
 - grants, the claims of each workflow (epochs: the fence) and each workflow's effect step;
 - a target (RefTarget): tier, queryable, a tier-1 dedup store, a ledger and an access log.
 
-A call that suspends (spec 5.7: in flight, before send_deadline + settle_margin, an unknown
+A call that suspends (docs/design.md#gated-effects: in flight, before send_deadline + settle_margin, an unknown
 send outcome) is woken when the database clock reaches its `until`: the reference advances the
 clock there and the workflow is claimed again (a new epoch), as a worker would.
 """
@@ -27,7 +27,7 @@ from interlock_runtime import journal, receipts
 
 CRASHED = "CRASHED"  # the caller died at a kill point: no step was recorded
 FENCED = "FENCED"  # the caller lost its claim before T_commit: the run is abandoned
-MIN_SEND_BUDGET = 1.0  # DESIGN B5
+MIN_SEND_BUDGET = 1.0  # docs/design.md#send-deadline
 INF = float("inf")
 WAKE_SLACK = 0.2  # a suspended workflow is claimed this long after its `until` (poll)
 
@@ -49,7 +49,7 @@ def _iso(ts: float | None) -> str | None:
 
 
 class RefTarget:
-    """The local payment target of DESIGN B11 reduced to one payment, with B13's premises
+    """The local payment target of docs/design.md#refund-case reduced to one payment, with B13's premises
     {payment, eligible, refunded_by_others}. Its ledger is ground truth."""
 
     def __init__(self, tier: int, payment: str, paid: int, queryable: bool | None = None):
@@ -150,7 +150,7 @@ class Grant:
     revoked_at: float | None = None
 
     def snapshot(self) -> dict:
-        """The grant as the receipt records it (spec 5.7 c step 8)."""
+        """The grant as the receipt records it (docs/design.md#gated-effects c step 8)."""
         return {"grant_id": self.id, "principal": self.principal, "action": self.action,
                 "constraints": self.constraints, "payload_hash": self.payload_hash,
                 "expires_at": _iso(self.expires_at), "revoked": _iso(self.revoked_at),
@@ -243,7 +243,7 @@ class GateReference:
              compensation: bool = False) -> str:  # fmt: skip
         """ctx.effect by the current claim of wf: the recorded status on replay; else submit
         (no row, or proposed), recovery (dispatched), or T_dispatch's own handling (committed,
-        ambiguous). Returns a status of DESIGN B2, or CRASHED at the kill point `crash`
+        ambiguous). Returns a status of docs/design.md#vocabulary, or CRASHED at the kill point `crash`
         (effect_before_dispatch, effect_after_dispatch, effect_after_send,
         resolve_after_commit, resolve_after_send)."""
         if wf in self.steps:  # replay: the step row answers, nothing runs
@@ -279,7 +279,7 @@ class GateReference:
         return sealed
 
     def _checks(self, gid: str, payload: Any, ph: str) -> dict:
-        """Spec 5.7 (c) step 8: allowed = not revoked, not expired, the action (when the grant
+        """docs/design.md#gated-effects (c) step 8: allowed = not revoked, not expired, the action (when the grant
         names one), every max bound, and the payload hash when the grant binds one."""
         g = self.grants[gid]
         allowed = (
@@ -295,7 +295,7 @@ class GateReference:
         g = self.grants[gid]
         return g.revoked_at is None and (g.expires_at is None or g.expires_at > self.clock)
 
-    # -- submit path (spec 5.7 a-e) -----------------------------------------------------------
+    # -- submit path (docs/design.md#gated-effects a-e) -----------------------------------------------------------
 
     def _submit(self, caller, payload, premises, gid, agent, crash, decision, compensation):
         # (a) external premises, outside any transaction: decided_on is the premises of the
@@ -375,7 +375,7 @@ class GateReference:
 
     def _send_and_commit(self, caller, payload, elapsed, via, rechecked, crash,
                          record: bool = True) -> str | None:  # fmt: skip
-        """The watched send (spec 5.4), then T_commit (e), the late result (f) or the
+        """The watched send (docs/design.md#send-deadline), then T_commit (e), the late result (f) or the
         exception rules (g). `via` is None for a first send, else the resend's COMMITTED.via."""
         after_send = "effect_after_send" if via is None else "resolve_after_send"
         remaining = self.send_timeout - elapsed
@@ -448,7 +448,7 @@ class GateReference:
         self.row.state = "proposed"
         return self._record(caller, "REFUSED:target_error")
 
-    # -- recovery (spec 5.7 recovery a-d) -------------------------------------------------------
+    # -- recovery (docs/design.md#gated-effects recovery a-d) -------------------------------------------------------
 
     def _recover(self, caller, payload, crash) -> str | None:
         row = self.row

@@ -1,4 +1,4 @@
-"""Code checks of the catalog's invariants over real runs (spec 2.1, layer C).
+"""Code checks of the catalog's invariants over real runs (docs/design.md#invariant-catalog, layer C).
 
 INVARIANTS maps each catalog name (models/catalog.yaml, rows whose layers include C) to a check.
 A check reads the run's evidence and returns its violations (an empty list: it holds):

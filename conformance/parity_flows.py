@@ -6,7 +6,7 @@ parity.<cell>.<role>@1` from the repository root. Every cell has its own workflo
 re-decide cells), so each cell's dying worker and successor claim only that cell's workflow
 and the cells of one batch can run side by side.
 
-The flow is the refund case of DESIGN B11, shortened: decide (EMULATED model, premises captured
+The flow is the refund case of docs/design.md#refund-case, shortened: decide (EMULATED model, premises captured
 from the target), wait for the `approve` signal (or use a standing policy grant), then the
 refund through the gate.
 """
@@ -22,9 +22,9 @@ from world.target_client import LocalRefunds
 PAYMENT = "pay_881"
 PAID = 10000
 AMOUNT = 2000  # what the model decides and the approver approves
-REDECIDED = 3000  # the amount of a re-decision (DESIGN B11: 2000 first, then 3000)
+REDECIDED = 3000  # the amount of a re-decision (docs/design.md#refund-case: 2000 first, then 3000)
 
-# Short timeouts so recovery comes quickly (spec 5.4 defaults are 35 s and 10 s).
+# Short timeouts so recovery comes quickly (docs/design.md#send-deadline defaults are 35 s and 10 s).
 SEND_TIMEOUT = 2.5
 SETTLE_MARGIN = 1.0
 # "Key expired at tier 1": C2 needs dedup_margin > send_timeout + settle_margin (3.5 s); with a
@@ -80,7 +80,7 @@ class Cell:
         if self.fault == "key_expired" and self.tier != 1:
             return (
                 f"key expiry does not apply at tier {self.tier}: only a tier-1 target stores "
-                "idempotency keys, and only tier 1 is downgraded by age (spec 5.7 recovery a)"
+                "idempotency keys, and only tier 1 is downgraded by age (docs/design.md#gated-effects recovery a)"
             )
         return None
 

@@ -1,4 +1,4 @@
-"""The differential parity test of the gated effect (spec 1 item 4, 5.7; issue "Gated effects").
+"""The differential parity test of the gated effect (docs/design.md#overview item 4, 5.7; issue "Gated effects").
 
 For each fault at tiers 1, 2 and 3 the same scenario drives two worlds:
 - the runtime: real worker subprocesses, the real local target (world/target.py), real

@@ -1,4 +1,4 @@
-"""The Hypothesis state machine of DESIGN B9 R6, against real Postgres and worker subprocesses.
+"""The Hypothesis state machine of docs/design.md#concessions R6, against real Postgres and worker subprocesses.
 
 Rules: start a refund, start a worker (maybe with a kill point), SIGKILL one, SIGSTOP/SIGCONT
 one (shorter than the send budget, so assumption A1 holds), approve, revoke, hand refund,

@@ -137,7 +137,7 @@ def test_server_slow_tier2_double_application_is_reported_by_the_receipt(
     admin_dsn, template_db, tmp_path
 ):
     """A2 lifted (the target finishes the first request after send_deadline + settle_margin):
-    the model predicts a double application at tier 2 (conceded, DESIGN B9), and the replay
+    the model predicts a double application at tier 2 (conceded, docs/design.md#concessions), and the replay
     reproduces it on the runtime. Found by this replay: verify() then said the effect happened
     once while the ledger showed two refunds (ReceiptTruthful), because the resender lost its
     claim and its late-path commit dropped `via`. Fixed in the runtime: that commit keeps

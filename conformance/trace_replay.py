@@ -1,4 +1,4 @@
-"""Model-based trace replay (issue 6, DESIGN D): TLC behaviours replayed on the real runtime.
+"""Model-based trace replay (issue 6, docs/design.md#beyond): TLC behaviours replayed on the real runtime.
 
 A TLC trace (results/tlc_traces/*.json: broken-config and baseline counterexamples;
 conformance/sim_traces/*.json: seeded random behaviours of the correct model) is translated
@@ -7,7 +7,7 @@ worker subprocesses and the real local target (in its own process):
 
 - the model's workers are worker processes; which one acted is read from the state diff;
 - a worker that must stand still while something else happens is SIGSTOPped at the
-  instrumented point of its program counter (ILR_STOP_AT, spec 2.2) and SIGCONTed when the
+  instrumented point of its program counter (ILR_STOP_AT, docs/design.md#kill-points) and SIGCONTed when the
   trace moves it again; Crash = SIGKILL there; Restart = a new process;
 - a request that stays on the wire (Send ... Progress) is held by the target's service delay
   for the ticks between them (capped by A2 unless the config lifts it); Progress waits for it;
@@ -71,7 +71,9 @@ def replay_refund(ctx, case):
     target = LocalRefunds(case["target_url"], PAYMENT, case["tier"],
                           send_timeout=case["send_timeout"], settle_margin=case["settle_margin"],
                           queryable=case["queryable"], dedup_window=case["dedup_window"])  # fmt: skip
-    target.dedup_margin = case["dedup_margin"]  # the runtime reads it (C2 check, spec 5.7)
+    target.dedup_margin = case[
+        "dedup_margin"
+    ]  # the runtime reads it (C2 check, docs/design.md#gated-effects)
     ctx.step("capture", target.capture)
     # Not a step on purpose: Redecide changes what a later call offers.
     amount = json.loads(Path(case["offer_file"]).read_text())["amount"]

@@ -12,7 +12,7 @@
 (* pre-send reads).  BROKEN selects one deliberately wrong variant.        *)
 (*                                                                         *)
 (* Model check for the stated constants, not a proof of the Python or SQL. *)
-(* Assumptions (DESIGN B3): A1 no pause across the local send deadline     *)
+(* Assumptions (docs/design.md#assumptions): A1 no pause across the local send deadline     *)
 (* (PAUSE lifts it), A2 the target finishes a request within SettleMargin  *)
 (* after its send_deadline (SERVER_SLOW lifts it), A3 external premises    *)
 (* are true as of their read (PremiseTrueAtSend shows the window), A4      *)
@@ -147,7 +147,7 @@ Go(w, p) == ws' = [ws EXCEPT ![w].pc = p]
 Idle(w) == ws' = [ws EXCEPT ![w] = IdleW]
 
 (***************************************************************************)
-(* The eager fence (spec 5.2): the current epoch, running, lease not       *)
+(* The eager fence (docs/design.md#fence): the current epoch, running, lease not       *)
 (* expired.  It is the first statement of every worker write; zero rows    *)
 (* abandons the run.  NoFencing lets writes through regardless; a write    *)
 (* that commits without the fence is what FencedWrites forbids.           *)
@@ -164,7 +164,7 @@ TxnOpen(w) == At(w, "dcommit")
 RowFree(w) == \A v \in Workers \ {w} : ~TxnOpen(v)
 NoTxn == \A v \in Workers : ~TxnOpen(v)
 
-(* The effective tier at recovery (spec 5.7): past DedupAge tier 1 becomes 2 or 3. *)
+(* The effective tier at recovery (docs/design.md#gated-effects): past DedupAge tier 1 becomes 2 or 3. *)
 PastWindow == firstDispatch >= 0 /\ now - firstDispatch > DedupAge
 EffTierNow == IF Tier = 1 /\ PastWindow THEN (IF Queryable THEN 2 ELSE 3) ELSE Tier
 GrantCovers(p) == ~grantRevoked /\ p = Payload0
@@ -174,7 +174,7 @@ FirstBoundPayload == IF Interlock THEN boundPayload ELSE Payload0
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
-(* Claims (spec 5.3), FOR UPDATE SKIP LOCKED.  t0 is read before the      *)
+(* Claims (docs/design.md#claims), FOR UPDATE SKIP LOCKED.  t0 is read before the      *)
 (* claim, so the local deadline t0 + LeaseTTL is never after the lease.    *)
 (***************************************************************************)
 Claim(w) ==
@@ -191,7 +191,7 @@ Claim(w) ==
 (***************************************************************************)
 (* Load: one query reads the step rows.  Nothing is fenced between the    *)
 (* claim and the first body, so this snapshot can be stale when the body   *)
-(* starts: a stalled load can outlive the lease (DESIGN B10, finding C1).  *)
+(* starts: a stalled load can outlive the lease (docs/design.md#model-findings, finding C1).  *)
 (***************************************************************************)
 Load(w) ==
     /\ At(w, "load")
@@ -236,7 +236,7 @@ RecordPlain(w) ==
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
-(* The effect call (spec 5.7).  Dispatched by another pair: recovery.     *)
+(* The effect call (docs/design.md#gated-effects).  Dispatched by another pair: recovery.     *)
 (* Otherwise the submit path reads the external premises outside any     *)
 (* transaction, then starts the stopwatch t0 BEFORE T_dispatch begins, so  *)
 (* t0 precedes the transaction's now() and the local budget ends no later  *)
@@ -263,7 +263,7 @@ DispatchBegin(w) ==
                    histVars, temporalVars>>
 
 (***************************************************************************)
-(* T_dispatch commits (spec 5.7 (c), steps 1 to 13).  What it read is      *)
+(* T_dispatch commits (docs/design.md#gated-effects (c), steps 1 to 13).  What it read is      *)
 (* locked until here, so its checks stand at the commit.                   *)
 (* GrantCheckOutsideTxn uses the grant as read before the transaction,    *)
 (* and does not hold it FOR SHARE (so Revoke does not wait).              *)
@@ -321,7 +321,7 @@ DispatchCommit(w) ==
                    lateResults, lateAcks, crashes, temporalVars>>
 
 (***************************************************************************)
-(* The send under the watchdog (spec 5.4): bytes leave only while the      *)
+(* The send under the watchdog (docs/design.md#send-deadline): bytes leave only while the      *)
 (* local budget lasts; past it the watchdog ends the process, so nothing   *)
 (* leaves late while the process runs (A1).  With PAUSE a process frozen   *)
 (* across its deadline sends when it thaws.                                *)
@@ -429,7 +429,7 @@ LateResult(w) ==
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
-(* Recovery (spec 5.7, DESIGN B7).  Nothing queries or resends before      *)
+(* Recovery (docs/design.md#gated-effects).  Nothing queries or resends before      *)
 (* now > send_deadline + settle_margin: by A2 every earlier request has    *)
 (* been processed by then, so a lookup is conclusive and no two sends are *)
 (* in flight together.  (a) a short read and the effective tier; (c) the   *)
@@ -710,7 +710,7 @@ Symm == Permutations(Workers)
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
-(* Invariants: identifiers exactly as in spec 2.1 and models/catalog.yaml. *)
+(* Invariants: identifiers exactly as in docs/design.md#invariant-catalog and models/catalog.yaml. *)
 (* Send-history fields are fixed at the transaction that authorized the    *)
 (* send, except afterRevoke, premiseAtSend and prevSendSettled, which are  *)
 (* read when the bytes leave.                                             *)

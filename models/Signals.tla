@@ -1,6 +1,6 @@
 ------------------------------- MODULE Signals -------------------------------
 (***************************************************************************)
-(* Suspend, signal and timer (spec 5.6, DESIGN B6).  One workflow:        *)
+(* Suspend, signal and timer (docs/design.md#suspend).  One workflow:        *)
 (*   seq 1  wait_signal("approve")      (no timeout: available_at = inf)   *)
 (*   seq 2  sleep(SleepFor)             (until recorded at the first call) *)
 (*   seq 3  wait_signal("approve")                                          *)
@@ -84,7 +84,7 @@ Claim(w) ==
 (***************************************************************************)
 (* The worker replays recorded steps and reaches the frontier call, where  *)
 (* one fenced transaction does the mailbox check, the due-timer check, or  *)
-(* the suspend (spec 5.6).  A recorded sleep keeps its first until, so an  *)
+(* the suspend (docs/design.md#suspend).  A recorded sleep keeps its first until, so an  *)
 (* early wake re-suspends until the timer is due.                          *)
 (***************************************************************************)
 Suspend(w, s, until) ==
@@ -120,7 +120,7 @@ Frontier_(w) ==
     /\ UNCHANGED <<now, epoch, sigOpen, up, myEpoch, crashes>>
 
 (***************************************************************************)
-(* rt.signal (DESIGN B6): lock the workflow row, insert the signal, set    *)
+(* rt.signal (docs/design.md#suspend): lock the workflow row, insert the signal, set    *)
 (* available_at = now() and turn sleeping into pending for every          *)
 (* non-terminal status, in one transaction.                                *)
 (***************************************************************************)
@@ -180,7 +180,7 @@ Spec == Init /\ [][Next]_vars
 Symm == Permutations(Workers)
 
 -----------------------------------------------------------------------------
-(* Invariants (spec 2.1). *)
+(* Invariants (docs/design.md#invariant-catalog). *)
 TimerNotEarly == ~ghost.timerEarly /\ (steps[2] # NoStep => steps[2] >= 0)
 
 SignalExactlyOnceConsumed ==

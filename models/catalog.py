@@ -1,6 +1,6 @@
 """Load and validate the invariant catalog (models/catalog.yaml) and the TLC matrix (matrix.yaml).
 
-The catalog is the single source of truth for invariant names (DESIGN A2). Loading validates it:
+The catalog is the single source of truth for invariant names (docs/design.md#invariant-catalog). Loading validates it:
 a typo in a name, an unknown mode, tier, event or toggle, a missing operator (in the catalog or in
 the .tla module it names) is a CatalogError naming the file and the entry.
 

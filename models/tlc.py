@@ -480,7 +480,7 @@ def write_report(cat, results: list[dict], wall: float, opts, previous: dict | N
         "",
         f"Assumptions: {ASSUMPTIONS}",
         "",
-        "Predictions come from `models/catalog.yaml` (spec 10.6 as revised by DESIGN B10); the "
+        "Predictions come from `models/catalog.yaml` (docs/design.md#predictions as revised by docs/design.md#model-findings); the "
         "configs from `models/matrix.yaml`. Key: hold = no counterexample; V = violated, with "
         "the shortest trace (BFS) saved under `results/tlc_traces/`; n/a = not applicable to "
         "the mode or tier; **bold ✗** = disagreement with the prediction.",

@@ -8,7 +8,7 @@
 
 With no flags this is the quick sweep (each scenario's `seeds.quick` per cell, plus the Stripe
 table: S01-S03 at tier 1 through the Stripe-compatible subset, EMULATED). `--full` uses the
-spec's sizes (DESIGN B12: 100 per cell, fewer for some scenarios). It starts what it needs
+spec's sizes (docs/design.md#prove: 100 per cell, fewer for some scenarios). It starts what it needs
 itself: the project's Postgres (or ILR_DSN) and a Temporal dev server on a throwaway SQLite
 file. Each run writes .data/prove/runs/<run_id>.json; `--resume` reuses finished runs.
 Exit status: 0 when the sweep ran (incorrect runs are results, not errors), 2 on bad input
@@ -33,7 +33,7 @@ from prove.zygote import Zygote
 
 # The default sweep keeps each cell to one fault plan (a cell mixing instrumented and random
 # kills has a rate that depends on the mix, and its differences need far more runs to decide);
-# the full sweep follows DESIGN B12's half-external seeding.
+# the full sweep follows docs/design.md#prove's half-external seeding.
 CRASH_PLANS = {"quick": "instrumented", "full": "seeded"}
 
 
@@ -45,7 +45,9 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m prove", description=__doc__.split("\n\n")[0])
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="the quick sweep (the default)")
-    size.add_argument("--full", action="store_true", help="the spec's sweep sizes (DESIGN B12)")
+    size.add_argument(
+        "--full", action="store_true", help="the spec's sweep sizes (docs/design.md#prove)"
+    )
     ap.add_argument("--scenarios", help="comma list of scenario ids (default: all)")
     ap.add_argument("--seeds", type=int, help="seeds per cell (overrides the scenario's)")
     ap.add_argument("--systems", help=f"comma list of {','.join(SYSTEMS)}")
@@ -71,7 +73,7 @@ def parser() -> argparse.ArgumentParser:
         choices=("seeded", "instrumented", "external"),
         help="instrumented: every seed at the scenario's kill point (the default sweep: a "
         "cell measures one fault, so n = 5 can decide); seeded: half the seeds an external "
-        "SIGKILL at a random time (DESIGN B12; the default of --full); random crashes are "
+        "SIGKILL at a random time (docs/design.md#prove; the default of --full); random crashes are "
         "also MIX's",
     )
     ap.add_argument("--scenario-dir", default=None, help="read scenarios here (default scenarios/)")

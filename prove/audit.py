@@ -1,4 +1,4 @@
-"""Can-prove audit (spec 11.6 item 2, DESIGN B12): what each system can prove about one run.
+"""Can-prove audit (docs/design.md#metrics item 2, docs/design.md#prove): what each system can prove about one run.
 
 Five questions are answered ONLY from the system's own records in a Prove run file, then scored
 against the run's ground truth, which the answering code never reads:

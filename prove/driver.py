@@ -1,4 +1,4 @@
-"""Scenarios that are loops, not timelines: S11r, S12, S14 (spec 11.3).
+"""Scenarios that are loops, not timelines: S11r, S12, S14 (docs/design.md#scenarios).
 
 Most scenarios are a timeline of actions played once per seed (prove/runner.py). A few are a
 loop of many short iterations in one run (S12: 1000 revoke races per tier) or drive several

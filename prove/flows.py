@@ -1,4 +1,4 @@
-"""The Prove harness's runtime workflow: the refund case of DESIGN B11 on interlock_runtime.
+"""The Prove harness's runtime workflow: the refund case of docs/design.md#refund-case on interlock_runtime.
 
 Run by real worker subprocesses (`python -m interlock_runtime.worker --module prove.flows`).
 The case input carries everything a run needs (target URL, tier, model stub URL, timings), so

@@ -1,4 +1,4 @@
-"""The mixed sweep of DESIGN B12 as a driver scenario (scenarios/MIX.yaml): random plans of
+"""The mixed sweep of docs/design.md#prove as a driver scenario (scenarios/MIX.yaml): random plans of
 crashes and world events, judged by the amount the event order allows.
 
 Why: each S-scenario fixes one fault at one point. Real incidents mix them: a crash, then a
@@ -32,7 +32,7 @@ The event-order oracle (judge) reads the target's ledger and access log, and the
 world events from the run's timeline (`t` relative to the Run's t0 = timings.started_at; the
 access log's arrivals and the ledger's `created` are epoch seconds of the same clock). An agent
 application is a ledger row not made by hand; its send time is the arrival of the POST the
-target applied it for (200, not a replay), else the row's `created`. Rules, from spec 11.3:
+target applied it for (200, not a replay), else the row's `created`. Rules, from docs/design.md#scenarios:
 
 1. At most one application of the approved 2000 (`duplicate_applications` counts the rest; a
    re-approve, a duplicate start or a prune never licenses another), and each application is of

@@ -1,4 +1,4 @@
-"""The two race loops of spec 11.3 as driver scenarios (prove/driver.py): S11r and S12.
+"""The two race loops of docs/design.md#scenarios as driver scenarios (prove/driver.py): S11r and S12.
 
 Why a loop and not a timeline: a race is only evidence when it is run many times with the
 timing spread across the window where it can go wrong. One run of a cell keeps ONE target
@@ -60,7 +60,9 @@ COLD = 3  # the first warm-ups are not used: each worker's first workflow is slo
 S11R_WINDOW = 0.050  # seconds either side of the wait's commit
 S12_WINDOW = 0.020  # seconds either side of the refund POST's arrival
 STUB_DELAY_MS = 60.0  # S11r: the decision call takes this long, so -50 ms lies after the anchor
-TARGET_DELAY_MS = 20.0  # S12: service delay inside POST /refunds (spec 11.6's latency setup)
+TARGET_DELAY_MS = (
+    20.0  # S12: service delay inside POST /refunds (docs/design.md#metrics's latency setup)
+)
 APPROVAL_TIMEOUT = 30.0  # S11r runtime: the approval wait's timeout (a lost wakeup ends here)
 WAKE_BOUND = 5.0  # S11r: the send must reach the target this soon after the approval
 

@@ -1,10 +1,10 @@
-"""Aggregate Prove runs into cells and write results/runtime_prove.md and .json (spec 11.5-11.7).
+"""Aggregate Prove runs into cells and write results/runtime_prove.md and .json (docs/design.md#prove, docs/results.md#runtime-prove).
 
 Per cell (scenario, variant, system, tier): n, correct count and rate with a 95% Wilson
 interval, outcome counters summed and per 1,000 runs, end-to-end p50/p99, failing run ids, the
-observed outcomes beside the prediction of spec 11.3 (and whether it held), and for the runtime
+observed outcomes beside the prediction of docs/design.md#scenarios (and whether it held), and for the runtime
 the catalog invariants whose code checks failed in any run. Verdicts against (a) and (b)
-separately (DESIGN B12): better when the runtime's interval lies wholly above, worse when wholly
+separately (docs/design.md#prove): better when the runtime's interval lies wholly above, worse when wholly
 below, else equal; "better (duplicates), worse (availability)" when that is the trade.
 
 Every number in the report comes from the run files under .data/prove/runs/. The Markdown's
@@ -52,7 +52,7 @@ DEVIATIONS = [
     "Crash plans: the default sweep crashes every seed at the scenario's instrumented kill "
     "point, so that each cell measures one fault and its n can decide; random crashes are "
     "MIX's (crash 1 may be an external SIGKILL at a random time). The full sweep follows "
-    "DESIGN B12 (the `crash plans` column of section 2c says which a cell ran): for half of "
+    "docs/design.md#prove (the `crash plans` column of section 2c says which a cell ran): for half of "
     "the seeds of a crash scenario (the odd seeds) the instrumented kill point is replaced by an "
     "external SIGKILL of the armed workers at a seeded uniform time in [0, 2 s) after the "
     "approval (the spec says up to the cell's no-fault p99, which this sweep does not measure); "
@@ -552,7 +552,7 @@ def tlc_rows(scns: list[Scenario], cells: list[dict], tlc: dict) -> list[list[st
     return rows
 
 
-FAILURES_PER_CELL = 20  # spec 11: up to 20 failing runs per cell are kept in results/
+FAILURES_PER_CELL = 20  # docs/design.md#prove: up to 20 failing runs per cell are kept in results/
 
 
 def _short(v: object) -> str:

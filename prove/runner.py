@@ -1,4 +1,4 @@
-"""Run Prove cells: (scenario, system, tier, variant) x seeds, with real processes (spec 11).
+"""Run Prove cells: (scenario, system, tier, variant) x seeds, with real processes (docs/design.md#prove).
 
 One run = one seed of one cell. Each run gets its own payment target (in-process, its own
 SQLite ledger and port), its own model stub (EMULATED model variance), its own Postgres
@@ -47,7 +47,11 @@ PAYMENT = "pay_881"
 PAID = 10000
 APPROVER = "alice"
 APIS = ("local", "stripe")  # the target's own API, or its Stripe-compatible subset (EMULATED)
-STRIPE_SCENARIOS = ("S01", "S02", "S03")  # the Stripe table (spec 11.7 item 3): tier 1 only
+STRIPE_SCENARIOS = (
+    "S01",
+    "S02",
+    "S03",
+)  # the Stripe table (docs/results.md#runtime-prove item 3): tier 1 only
 EXTERNAL_KILL_WINDOW = 2.0  # seconds after the approval; see crash_plan()
 PARTITION_AFTERMATH = 2.0  # seconds after a partition heals before the ground truth is read
 
@@ -72,7 +76,7 @@ class Services:
     temporal: Any = None  # TemporalDevServer
     runs_dir: Path = DATA / "runs"
     versions: dict = field(default_factory=dict)
-    # "seeded" (DESIGN B12: half the seeds an external SIGKILL), or force "instrumented" or
+    # "seeded" (docs/design.md#prove: half the seeds an external SIGKILL), or force "instrumented" or
     # "external" for every run that has a crash plan (tests use "instrumented")
     crash_plans: str = "seeded"
     size: str = "quick"  # the sweep size: a loop scenario's iterations per run
@@ -493,7 +497,7 @@ def run_name(scn_id: str, variant: str, system: str, tier: int, seed: int,
 
 def crash_plan(scn: Scenario, variant: Variant, system: str, tier: int, seed: int,
                api: str = "local", mode: str = "seeded") -> dict:  # fmt: skip
-    """The seeded crash plan of one run (DESIGN B12).
+    """The seeded crash plan of one run (docs/design.md#prove).
 
     A scenario whose timeline arms a kill point and approves before it waits for the crash
     gets, for half of its seeds (the odd ones), an external SIGKILL of the armed workers at a

@@ -1,9 +1,9 @@
-"""Prove scenarios: the YAML format, its JSON Schema, and the loader (spec 11.3, DESIGN B12).
+"""Prove scenarios: the YAML format, its JSON Schema, and the loader (docs/design.md#scenarios, docs/design.md#prove).
 
 One file per scenario in scenarios/. A scenario names the tiers, systems and variants it runs,
 its timing constants, a timeline of actions (driving the case, faults and world events, in
 order), the oracle (evaluated from the target's ledger and access log only), the predicted
-outcome per system and tier (spec 11.3's table: hypotheses, not results), the catalog
+outcome per system and tier (docs/design.md#scenarios's table: hypotheses, not results), the catalog
 invariants it exercises, and the seeds per cell. See scenarios/README.md for an example.
 
     scn = load("scenarios/S01.yaml")      # ScenarioError names the file, line and field
@@ -32,7 +32,7 @@ SCENARIOS = REPO / "scenarios"
 SYSTEMS = ("runtime", "temporal_idem", "temporal_check")
 FAMILY = {"runtime": "runtime", "temporal_idem": "temporal", "temporal_check": "temporal"}
 
-# Timing constants (DESIGN B11) and harness sizes; a scenario or variant overrides any of them.
+# Timing constants (docs/design.md#refund-case) and harness sizes; a scenario or variant overrides any of them.
 DEFAULT_TIMING: dict[str, float] = {
     "lease_ttl": 5.0,  # runtime workers
     "poll": 0.5,

@@ -1,4 +1,4 @@
-"""The chaos soak's workflow (prove/soak.py): the refund of DESIGN B11, kept cheap per run.
+"""The chaos soak's workflow (prove/soak.py): the refund of docs/design.md#refund-case, kept cheap per run.
 
 Run by real worker subprocesses (`python -m interlock_runtime.worker --module prove.soak_flows`).
 The shape is the Prove refund's (decide, wait for the approval, the gated refund), without the

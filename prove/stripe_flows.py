@@ -1,4 +1,4 @@
-"""The refund case (DESIGN B11) through the Stripe adapter (EMULATED: the official stripe SDK
+"""The refund case (docs/design.md#refund-case) through the Stripe adapter (EMULATED: the official stripe SDK
 pointed at the local target's Stripe-compatible subset).
 
 Run by real worker subprocesses (``python -m interlock_runtime.worker --module prove.stripe_flows``

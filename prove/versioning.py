@@ -1,4 +1,4 @@
-"""S14, versioning (spec 11.3): pinned versions, a drain, and a code change without a patch.
+"""S14, versioning (docs/design.md#scenarios): pinned versions, a drain, and a code change without a patch.
 
 Why a driver and not a timeline: S14 drives eleven workflows and five kinds of worker through
 a rollout, which the refund timeline's actions cannot say. One round, on each system:

@@ -1,4 +1,4 @@
-"""S14's runtime workflows: `s14_flow` at version 1 and at version 2 (spec 11.3 S14, B8).
+"""S14's runtime workflows: `s14_flow` at version 1 and at version 2 (docs/design.md#scenarios S14, B8).
 
 Why a module of its own: a worker serves (name, version) pairs and pins each pair to the
 sha256 of the module that defines it, so S14 needs a v1 and a v2 it can hand to different

@@ -1,4 +1,4 @@
-"""A stdlib TCP fault proxy with real sockets, controlled over a small HTTP API (spec 11.2).
+"""A stdlib TCP fault proxy with real sockets, controlled over a small HTTP API (docs/design.md#test-world).
 
 One proxy sits between the workers and the payment target, another between the workers and
 Postgres (or the Temporal server) for partition scenarios. A single selector thread moves the

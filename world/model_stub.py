@@ -1,11 +1,11 @@
 """EMULATED model variance: a scripted stand-in for Claude in the Anthropic Messages API shape.
 
-Claude cannot be reached from this machine (DESIGN A3), so both systems' decision calls go
+Claude cannot be reached from this machine (docs/design.md#emulated), so both systems' decision calls go
 through the official ``anthropic`` SDK with ``base_url`` pointed at this loopback server. It is
 labeled EMULATED everywhere: every response carries ``X-Emulated: model-variance``, the reply
 body has ``"emulated": true`` beside the Messages fields, and ``/admin/config`` says so.
 
-Script (spec 11.2): per case, the first call answers ``{"amount": 2000}``; later calls answer
+Script (docs/design.md#test-world): per case, the first call answers ``{"amount": 2000}``; later calls answer
 ``{"amount": 3000}`` when re-decision is on (``--redecide`` or ``POST /admin/config
 {"redecide": true}``), else 2000 again. The case id is read from the request: the first JSON
 object with a ``"case"`` key found in the user messages' text (``decide_amount`` sends

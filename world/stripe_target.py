@@ -1,6 +1,6 @@
 """The Stripe refund target (EMULATED): the official ``stripe`` SDK pointed at the local target.
 
-Stripe live mode cannot be reached from this machine (DESIGN A3), so ``StripeRefunds`` talks to
+Stripe live mode cannot be reached from this machine (docs/design.md#emulated), so ``StripeRefunds`` talks to
 the Stripe-compatible subset the local target serves under ``/v1/`` (world/target.py) through the
 real SDK (``stripe.StripeClient`` with ``base_addresses={"api": url}`` and a test-mode key). Every
 result it returns comes from that EMULATED subset, not from Stripe.
@@ -64,7 +64,7 @@ MIN_ATTEMPT_TIMEOUT = 0.5  # seconds; a retry is dropped rather than leave an at
 MIN_ATTEMPT_SHARE = 0.25  # ... this, or this share of the whole budget (slow answers still fit)
 DAY = 24 * 3600.0  # Stripe keeps idempotency keys for at least 24 hours
 
-# Status codes that are not a definite refusal (DESIGN B13): the effect may still land.
+# Status codes that are not a definite refusal (docs/design.md#refinements): the effect may still land.
 NOT_DEFINITE = (409, 429)
 
 

@@ -1,4 +1,4 @@
-"""The local payment target (spec 11.2, DESIGN B11): an HTTP server with a SQLite ledger.
+"""The local payment target (docs/design.md#test-world, docs/design.md#refund-case): an HTTP server with a SQLite ledger.
 
 One process per run, its tier fixed at start:
 
@@ -26,7 +26,7 @@ runs after it), and ``end`` once the ledger write (or the refusal) is decided, j
 response is written. It records method, path, query, key, payload, status, response and the
 ``X-ILR-Worker`` / ``X-ILR-Epoch`` headers. The ledger (``refunds`` table) is ground truth.
 
-Stripe-compatible subset (EMULATED: Stripe cannot be reached from this machine, DESIGN A3). The
+Stripe-compatible subset (EMULATED: Stripe cannot be reached from this machine, docs/design.md#emulated). The
 same ledger, tier and idempotency store also answer the part of Stripe's v1 API a refund needs, so
 the official ``stripe`` SDK can be pointed at this server (world/stripe_target.py):
 

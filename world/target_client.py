@@ -1,11 +1,11 @@
 """Clients for the local payment target (world/target.py).
 
-``LocalRefunds`` is the effect target the runtime calls (spec 5.4, 5.7): ``apply``, ``query``,
+``LocalRefunds`` is the effect target the runtime calls (docs/design.md#send-deadline, 5.7): ``apply``, ``query``,
 ``capture`` and ``validate_premises``, plus the attributes the runtime reads with ``getattr``
 (``tier``, ``queryable``, ``send_timeout``, ``settle_margin``, ``premise_max_age``,
 ``dedup_window``). ``TargetAdmin`` drives the admin endpoints for scenarios and the oracle.
 
-Premises are ``{payment, eligible, refunded_by_others}`` (DESIGN B13):
+Premises are ``{payment, eligible, refunded_by_others}`` (docs/design.md#refinements):
 
 - ``refunded_by_others``: the payment's ``refunded_total`` minus the refunds carrying our own key
   (``key == effect_id``). Hand refunds (no key) and refunds under other keys count as others'.

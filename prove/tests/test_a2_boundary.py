@@ -4,7 +4,7 @@ The target takes send_timeout + settle_margin + 3 s to process the first refund 
 than assumption A2 allows (every request settles within settle_margin after the send
 deadline). The runtime's recovery then finds nothing by lookup and resends
 (REAPPLIED_AFTER_QUERY), and the slow first request lands too: two refunds. This is the
-conceded boundary of DESIGN A2 / spec 11.3 S08c, not a bug; the test pins that the duplicate
+conceded boundary of docs/design.md#invariant-catalog / docs/design.md#scenarios S08c, not a bug; the test pins that the duplicate
 happens only because the first request finished after send_deadline + settle_margin, and that
 the runtime's own records keep the evidence (two sends, the effect re-applied after a query).
 Real worker subprocesses, a real target and Postgres; about 20 s.

@@ -2,7 +2,7 @@
 
 One dev server, one model stub (EMULATED model variance) and one grants database for the module;
 a target and a task queue per test. Crashes are real SIGKILLs at the instrumented kill points of
-spec 2.2 (ILR_KILL_AT in the worker's environment).
+docs/design.md#kill-points (ILR_KILL_AT in the worker's environment).
 """
 
 from __future__ import annotations
@@ -268,11 +268,11 @@ def test_happy_path_tier1_then_reset_before_decision(mode, tmp_path, target, wor
     """Part 1, the happy path at tier 1: one decision (2000), the approval, exactly one refund
     of 2000 in the ledger under the mode's key, one refund attempt in the attempt log.
 
-    Part 2 (spec 11.3 S05 shape, one seed, no kill), on the same worker: a reset to the first
+    Part 2 (docs/design.md#scenarios S05 shape, one seed, no kill), on the same worker: a reset to the first
     workflow task re-runs the decision, and the model (EMULATED) now answers 3000; the approve
     signal {2000} is reapplied to the new run. (a) resets through the SDK, (b) through
     `temporal workflow reset --type FirstWorkflowTask`. Measured: (a) refunds again, 3000
-    under the new run's key (total $50, as spec 11.3 predicts); (b) the new run's lookup by
+    under the new run's key (total $50, as docs/design.md#scenarios predicts); (b) the new run's lookup by
     `{workflow_id}-refund` finds the first refund and returns it before the amount check would
     refuse 3000 != 2000 (total $20).
     """
@@ -346,7 +346,7 @@ def test_kill_after_send_tier2(mode, tmp_path, target, workers, client):
 
     Measured: (a) temporal_idem applies twice ($40): the retry is attempt 2 of the same
     activity, so it sends the same key `{run_id}-{activity_id}`, but a tier-2 target does not
-    dedupe on keys; that is the baseline's known weakness, as spec 11.3 S01 predicts.
+    dedupe on keys; that is the baseline's known weakness, as docs/design.md#scenarios S01 predicts.
     (b) temporal_check applies once ($20): the retry's lookup by `{workflow_id}-refund` finds
     the refund and returns it without sending.
     """

@@ -19,7 +19,7 @@ def cat():
     return catalog.load()
 
 
-# The names spec 2.1 lists, plus DESIGN B10's additions.  This is the one place a test spells
+# The names docs/design.md#invariant-catalog lists, plus docs/design.md#model-findings's additions.  This is the one place a test spells
 # them: it checks that the catalog still carries every contract name, not a second source.
 SPEC_21 = """NoRerunAfterComplete StepResultUnique FencedWrites LeaseMutex TakeoverOnlyAfterExpiry
 AtMostOneCommit EffectAtMostOnceTier12 Tier3NeverResends NoOverlappingSends

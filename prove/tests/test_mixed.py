@@ -213,7 +213,7 @@ def test_timelines_use_only_known_actions_with_valid_arguments() -> None:
 def test_the_scenario_file_loads() -> None:
     (scn,) = load_all(["MIX"])
     assert scn.driver == "prove.mixed:mixed"
-    # DESIGN B12's size: 2040 runs per system in the full sweep; at least 20 per cell quick
+    # docs/design.md#prove's size: 2040 runs per system in the full sweep; at least 20 per cell quick
     assert scn.seeds["full"] * scn.iterations["full"] * len(scn.tiers) >= 2040
     assert scn.seeds["quick"] * scn.iterations["quick"] >= 20
 

@@ -2,7 +2,7 @@
 cell through the Stripe-compatible subset (EMULATED), a seeded external SIGKILL, and bad input.
 
 Real worker subprocesses, a real SIGKILL (at the kill point, or from the runner at a seeded
-time), a real target and Temporal dev server; the run file must hold what DESIGN B12 asks for,
+time), a real target and Temporal dev server; the run file must hold what docs/design.md#prove asks for,
 and the oracle must agree with the ledger. The runs of one test go in parallel (the runner's
 own pool).
 """

@@ -63,7 +63,7 @@ def test_every_shipped_scenario_loads() -> None:
             assert s.prediction(system, tier, vname) is not None, (s.id, vname, system, tier)
 
 
-# Cells spec 11.3 names no outcome for (S05b: (a) "$30 at tier 1" only; S08b: (b) "t2 $40"
+# Cells docs/design.md#scenarios names no outcome for (S05b: (a) "$30 at tier 1" only; S08b: (b) "t2 $40"
 # only; S08c: "t2 $40 in all three"): measured and shown, never given an invented prediction.
 SPEC_GIVES_NO_PREDICTION = {
     ("S05b", "temporal_idem", 2),

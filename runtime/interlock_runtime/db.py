@@ -28,7 +28,7 @@ FOREVER = datetime.max.replace(tzinfo=timezone.utc)
 
 class _InfinityTimestamptzLoader(TimestamptzLoader):
     """available_at is 'infinity' while a workflow waits with no timeout; psycopg has no
-    infinite datetime, so it loads as datetime.max (DESIGN B13)."""
+    infinite datetime, so it loads as datetime.max (docs/design.md#refinements)."""
 
     def load(self, data: bytes) -> datetime:
         if bytes(data) == b"infinity":
@@ -65,7 +65,7 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection:
 
 @contextmanager
 def fenced(conn: psycopg.Connection, wf: str, epoch: int, ttl: float) -> Iterator[dict]:
-    """One fenced worker write (spec 5.2): the fence UPDATE first, then the caller's statements.
+    """One fenced worker write (docs/design.md#fence): the fence UPDATE first, then the caller's statements.
 
     Zero rows means the claim is gone: the transaction rolls back and Fenced is raised.
     Yields the fence row: cancel_requested_at, now, lease_expires_at.

@@ -1,6 +1,6 @@
 """The effect journal's entry format: canonical JSON, hashes, effect ids, sealing, open dispatch.
 
-Pure functions, no database access (DESIGN C, spec 4 and 5.7). effects.py writes entries with
+Pure functions, no database access (docs/design.md#journal, docs/design.md#schema and 5.7). effects.py writes entries with
 these functions and receipts.py re-derives everything from them.
 
 An entry is a JSON object {ts, kind, effect_id, ...fields, prev, hash}:
@@ -115,12 +115,12 @@ def _sha256(text: str) -> str:
 
 
 def payload_hash(payload: Any) -> str:
-    """sha256 (hex) of canonical(payload): the payload binding of spec 4, stable across key order."""
+    """sha256 (hex) of canonical(payload): the payload binding of docs/design.md#schema, stable across key order."""
     return _sha256(canonical(payload))
 
 
 def effect_id_for(key: str) -> str:
-    """The effect id of an idempotency key (DESIGN B7).
+    """The effect id of an idempotency key (docs/design.md#gated-effects).
 
     Format: "eff_" followed by the first 32 hex characters (128 bits) of
     sha256(canonical({"request_id": key})). The same key always gives the same id, in every
@@ -135,7 +135,7 @@ def effect_id_for(key: str) -> str:
 
 
 def fingerprint(effect_id: str, payload_hash: str) -> str:
-    """The step fingerprint of an effect call: "<effect_id>:<payload_hash>" (DESIGN B7)."""
+    """The step fingerprint of an effect call: "<effect_id>:<payload_hash>" (docs/design.md#gated-effects)."""
     return f"{effect_id}:{payload_hash}"
 
 
@@ -247,7 +247,7 @@ def check_links(entries: Iterable[Mapping[str, Any]], effect_id: str | None = No
     Reports an entry that is not an object or lacks ts, kind, effect_id, prev or hash; a first
     entry whose prev is not null; a prev that is not the previous entry's hash; a hash that does
     not re-derive from the entry; entries of more than one effect_id (or of another effect_id
-    than the one given). Unknown kinds are not a problem (DESIGN B2).
+    than the one given). Unknown kinds are not a problem (docs/design.md#vocabulary).
     """
     problems: list[str] = []
     effect_ids: list[str] = []

@@ -1,11 +1,11 @@
-"""Instrumented crash and pause points (spec 2.2).
+"""Instrumented crash and pause points (docs/design.md#kill-points).
 
 ILR_KILL_AT and ILR_STOP_AT hold a comma list of `name` (the first hit in this process) or
 `name@n` (the nth hit). At a kill
 point the process SIGKILLs itself; at a stop point it SIGSTOPs itself and goes on after the
 harness sends SIGCONT. The signal is sent to the calling thread (pthread_kill), so it is taken
 before that thread returns to Python; a kill point also blocks the thread afterwards, since a
-signal to oneself is not synchronous in general (DESIGN B13).
+signal to oneself is not synchronous in general (docs/design.md#refinements).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ __all__ = [
 
 @runtime_checkable
 class EffectTarget(Protocol):
-    """What the runtime calls on the target of `ctx.effect` (spec 5.4, 5.7).
+    """What the runtime calls on the target of `ctx.effect` (docs/design.md#send-deadline, 5.7).
 
     **Required** (checked by `effects.check_target` before anything is written): the attributes
     `name` and `tier`, and the methods `apply` and `validate_premises`.
@@ -63,7 +63,7 @@ class EffectTarget(Protocol):
     - `dedup_window: float` (`inf`): tier 1, how long the target remembers an idempotency
       key (Stripe: 24 h = 86400).
     - `dedup_margin: float` (600): tier 1 is accepted only when
-      `dedup_margin > send_timeout + settle_margin` (DESIGN B10 C2). Once the first dispatch
+      `dedup_margin > send_timeout + settle_margin` (docs/design.md#model-findings C2). Once the first dispatch
       is older than `dedup_window - dedup_margin`, recovery treats the target as tier 2 if it
       is queryable, else tier 3.
     - `breaker_threshold: int | None` (`None`: no circuit breaker): after this many

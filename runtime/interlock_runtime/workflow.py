@@ -27,7 +27,7 @@ class WorkflowDef:
 
 
 def module_sha256(fn: Callable[..., Any]) -> str:
-    """sha256 of the source bytes of the module defining fn (spec 4: ilr.deployments)."""
+    """sha256 of the source bytes of the module defining fn (docs/design.md#schema: ilr.deployments)."""
     module = sys.modules.get(fn.__module__)
     path = inspect.getsourcefile(module) if module else None
     if path:

@@ -214,7 +214,7 @@ def refund_target(case: dict) -> LocalRefunds:
 
 @workflow(name="refund", version="1")
 def refund(ctx, case):
-    """The case of DESIGN B11, shortened: decide, wait for approval, refund through the gate."""
+    """The case of docs/design.md#refund-case, shortened: decide, wait for approval, refund through the gate."""
     target = refund_target(case)
     decision = ctx.decide("pick_amount", stub_model, {"case": case["id"]}, premises=target.capture)
     proposal = {"payment": case["payment"], "amount": decision.output["amount"]}

@@ -1,4 +1,4 @@
-"""Durable execution parity with Temporal's core (DESIGN B9 R2, R5), in real worker processes."""
+"""Durable execution parity with Temporal's core (docs/design.md#concessions R2, R5), in real worker processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Gated effects end to end (spec 5.7): real worker subprocesses, the real local target, real
+"""Gated effects end to end (docs/design.md#gated-effects): real worker subprocesses, the real local target, real
 SIGKILL at the effect kill points, and receipts checked with verify().
 
 Timeouts are short so recovery comes quickly: send_timeout 2.5 s, settle_margin 1 s.

@@ -1,4 +1,4 @@
-"""The first gate (DESIGN B9 R1): takeover after a real SIGKILL, and a SIGSTOPped zombie fenced.
+"""The first gate (docs/design.md#concessions R1): takeover after a real SIGKILL, and a SIGSTOPped zombie fenced.
 
 Everything is asserted from the database: the claim history with database timestamps, the
 step rows, and the invocation log the step bodies write.

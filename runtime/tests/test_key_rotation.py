@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def committed_entries(case: str) -> tuple[str, list[dict]]:
-    """A sealed PROPOSED, AUTHORIZED, DISPATCHED, COMMITTED chain (spec 5.7 shapes)."""
+    """A sealed PROPOSED, AUTHORIZED, DISPATCHED, COMMITTED chain (docs/design.md#gated-effects shapes)."""
     eid = effect_id_for(case)
     grant = {"grant_id": f"g-{case}", "principal": "refund-agent", "action": "refund",
              "constraints": None, "payload_hash": payload_hash(PAYLOAD), "expires_at": None,

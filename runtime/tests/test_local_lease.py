@@ -1,4 +1,4 @@
-"""DESIGN B10 C1: the local lease deadline, checked before every step body.
+"""docs/design.md#model-findings C1: the local lease deadline, checked before every step body.
 
 Between a claim and the first body there is no fenced write. If the load of a run's history
 stalls past the lease, a successor can claim and record the next steps meanwhile; the stale

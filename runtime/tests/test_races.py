@@ -1,4 +1,4 @@
-"""The SQL race suite (DESIGN B9 R3): two transactions interleaved for real on two connections,
+"""The SQL race suite (docs/design.md#concessions R3): two transactions interleaved for real on two connections,
 one held open while the other runs, lock waits observed from a third connection.
 
 The effect path runs in-process on a real claim. A slow local premise (pg_sleep inside
@@ -72,7 +72,7 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict]:
 
 
 def backend_waiting(observer: psycopg.Connection, pid: int, event: str) -> bool:
-    """pg_stat_activity is a per-transaction snapshot: poll it in autocommit (DESIGN B13)."""
+    """pg_stat_activity is a per-transaction snapshot: poll it in autocommit (docs/design.md#refinements)."""
     row = observer.execute("select wait_event_type, wait_event from pg_stat_activity where pid = %s",
                            (pid,)).fetchone()  # fmt: skip
     return row is not None and event in (row["wait_event_type"], row["wait_event"])

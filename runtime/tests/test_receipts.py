@@ -1,7 +1,7 @@
 """receipts.py: bundles, signatures, verify() on realistic journals, tamper detection, the CLI.
 
-The journals follow spec 5.7 entry by entry (T_dispatch, T_commit, recovery, late results) for
-the refund case of DESIGN B11; they are built here with journal.seal, without a database.
+The journals follow docs/design.md#gated-effects entry by entry (T_dispatch, T_commit, recovery, late results) for
+the refund case of docs/design.md#refund-case; they are built here with journal.seal, without a database.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def checks(violations: list | None = None, live: bool = True, **grant: object) -
 
 
 class Journal:
-    """Builds one effect's sealed chain in the shapes of spec 5.7."""
+    """Builds one effect's sealed chain in the shapes of docs/design.md#gated-effects."""
 
     def __init__(self, key: str = "case-4471") -> None:
         self.effect_id = effect_id_for(key)
@@ -263,7 +263,9 @@ def test_bundle_shape_and_signature_definition() -> None:
     assert b["effect_id"] == built.effect_id
     assert b["entries"] == built.entries and b["entries"] is not built.entries
     expected = receipts._hmac(KEY, f"{built.effect_id}:{built.entries[-1]['hash']}")
-    assert b["signature"] == expected  # DESIGN C: HMAC-SHA256 over "effect_id:last_hash"
+    assert (
+        b["signature"] == expected
+    )  # docs/design.md#journal: HMAC-SHA256 over "effect_id:last_hash"
     assert built.bundle()["signature"] is None and built.bundle()["bundle_signature"] is None
     # sign() returns a signed copy and leaves the argument alone
     unsigned = built.bundle()

@@ -2,7 +2,7 @@
 -- Each block starts with a `-- name: <name>` line; the comment lines after it say why.
 
 -- name: fence
--- The first statement of every worker write (spec 5.2). It matches only while the claim's
+-- The first statement of every worker write (docs/design.md#fence). It matches only while the claim's
 -- epoch is current and the lease has not expired, extends the lease, and takes the row lock
 -- that serializes this write against any claim, signal or cancel.
 update ilr.workflows
@@ -11,7 +11,7 @@ update ilr.workflows
 returning cancel_requested_at, now() as now, lease_expires_at;
 
 -- name: heartbeat
--- One statement renews every run a worker holds (spec 5.3, batched). A run missing from
+-- One statement renews every run a worker holds (docs/design.md#claims, batched). A run missing from
 -- the result was fenced: its epoch moved on or its lease expired.
 update ilr.workflows w
    set lease_expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
@@ -20,7 +20,7 @@ update ilr.workflows w
 returning w.id, w.cancel_requested_at;
 
 -- name: claim
--- Claim due work (spec 5.3): pending or sleeping rows whose time has come, and running rows
+-- Claim due work (docs/design.md#claims): pending or sleeping rows whose time has come, and running rows
 -- whose lease expired (a takeover). SKIP LOCKED lets workers claim side by side. The claim
 -- history row is written by the same statement, with the lease the previous holder had.
 with due as (
@@ -67,7 +67,7 @@ select seq, name, kind, fingerprint, output, error, epoch, created_at
   from ilr.steps where workflow_id = %(wf)s order by seq;
 
 -- name: insert_step
--- A recorded step resets the takeover count (spec 5.1: a crash loop spends retries only
+-- A recorded step resets the takeover count (docs/design.md#durable-replay: a crash loop spends retries only
 -- while no step gets recorded) and clears the waiting state it satisfied. Returns the output
 -- as stored, so the first run sees exactly what a replay will (jsonb normalizes numbers).
 with step as (
@@ -84,7 +84,7 @@ select output from step;
 select %(value)s::jsonb as value;
 
 -- name: suspend_until
--- Release the claim and wait (spec 5.6, B5): status pending for a retry backoff, sleeping for
+-- Release the claim and wait (docs/design.md#suspend, B5): status pending for a retry backoff, sleeping for
 -- a timer or a signal; available_at is when a worker may claim it again ('infinity' while
 -- waiting for a signal with no timeout). Runs inside the fenced transaction of the caller.
 update ilr.workflows
@@ -114,7 +114,7 @@ values (%(wf)s, %(name)s, %(payload)s, %(sender)s)
 returning id;
 
 -- name: wake
--- Wake a non-terminal workflow now (spec B6). Setting available_at on a running workflow is
+-- Wake a non-terminal workflow now (docs/design.md#suspend). Setting available_at on a running workflow is
 -- deliberate: its suspend transaction's mailbox check will see the new row.
 update ilr.workflows
    set available_at = now(),
@@ -159,8 +159,8 @@ update ilr.workflows
  where id = %(wf)s;
 
 -- name: mark_stuck_unfenced
--- A swallowed Suspend (spec 5.1): the suspend transaction already released the row, so the
--- fence cannot match; the write is guarded by the unchanged epoch instead (DESIGN B13).
+-- A swallowed Suspend (docs/design.md#durable-replay): the suspend transaction already released the row, so the
+-- fence cannot match; the write is guarded by the unchanged epoch instead (docs/design.md#refinements).
 update ilr.workflows
    set status = 'stuck', error = %(error)s, owner = null, lease_expires_at = null,
        updated_at = now()
@@ -241,7 +241,7 @@ select pg_notify('ilr_ready', %(id)s);
 select now() as now, clock_timestamp() as clock;
 
 -- ============================================================================================
--- Gated effects (spec 5.7). Lock order everywhere: workflow row, then effect row, then grant.
+-- Gated effects (docs/design.md#gated-effects). Lock order everywhere: workflow row, then effect row, then grant.
 -- ============================================================================================
 
 -- name: get_effect
