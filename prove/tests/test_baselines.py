@@ -29,8 +29,7 @@ from baselines.refund import activity_source, read_attempts, refund_temporal_che
 from interlock_runtime import db, local_postgres, migrations
 from prove import runner
 from world.model_stub import ModelStub
-from world.target import Target
-from world.target_client import TargetAdmin
+from world.targets_for_tests import TargetFactory
 from world.temporal_server import TemporalDevServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,18 +93,9 @@ def grants_dsn():
 
 @pytest.fixture
 def target(tmp_path):
-    made: list[Target] = []
-
-    def make(tier: int) -> tuple[Target, TargetAdmin]:
-        t = Target(tier, db=str(tmp_path / f"ledger-{len(made)}.sqlite")).start()
-        made.append(t)
-        admin = TargetAdmin(t.url)
-        admin.create_payment(PAY, 10000)
-        return t, admin
-
-    yield make
-    for t in made:
-        t.close()
+    factory = TargetFactory(tmp_path, PAY)
+    yield factory.make
+    factory.close()
 
 
 class Worker:

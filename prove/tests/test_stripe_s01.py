@@ -11,8 +11,7 @@ import pytest
 from interlock_runtime import Runtime, receipts, testing
 from prove import stripe_flows
 from prove.flows import payload_for
-from world.target import Target
-from world.target_client import TargetAdmin
+from world.targets_for_tests import TargetFactory
 
 PAY = "pay_881"
 REPO = Path(__file__).resolve().parents[2]
@@ -20,19 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def make_target(tmp_path) -> Iterator:
-    started: list[Target] = []
-
-    def make(tier: int = 1) -> tuple[Target, TargetAdmin]:
-        t = Target(tier, db=str(tmp_path / f"ledger-{len(started)}.sqlite"))
-        t.start()
-        started.append(t)
-        admin = TargetAdmin(t.url)
-        admin.create_payment(PAY, 10000)
-        return t, admin
-
-    yield make
-    for t in started:
-        t.close()
+    factory = TargetFactory(tmp_path, PAY)
+    yield factory.make
+    factory.close()
 
 
 @pytest.fixture

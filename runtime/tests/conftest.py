@@ -68,18 +68,8 @@ PAYMENT = "pay_881"
 def target_factory(tmp_path: Path) -> Iterator[Callable[..., tuple]]:
     """Start local payment targets (world/target.py) at a tier, PAYMENT paid 10000 on each;
     returns (target, its admin client); all are stopped at the end."""
-    from world.target import Target
-    from world.target_client import TargetAdmin
+    from world.targets_for_tests import TargetFactory
 
-    started: list[Target] = []
-
-    def make(tier: int, delay_ms: int = 0) -> tuple[Target, TargetAdmin]:
-        t = Target(tier, db=str(tmp_path / f"ledger{len(started)}.db"), delay_ms=delay_ms).start()
-        started.append(t)
-        admin = TargetAdmin(t.url)
-        admin.create_payment(PAYMENT, 10000)
-        return t, admin
-
-    yield make
-    for t in started:
-        t.stop()
+    factory = TargetFactory(tmp_path, PAYMENT)
+    yield factory.make
+    factory.close()

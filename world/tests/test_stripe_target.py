@@ -14,27 +14,17 @@ import pytest
 import stripe
 
 from world.stripe_target import StripeRefunds, retry_plan
-from world.target import Target
 from world.target_client import NoLookup, TargetAdmin, TargetRejected
+from world.targets_for_tests import TargetFactory
 
 PAY = "pay_881"
 
 
 @pytest.fixture
 def make_target(tmp_path) -> Iterator:
-    started: list[Target] = []
-
-    def make(tier: int = 1, delay_ms: float = 0) -> tuple[Target, TargetAdmin]:
-        t = Target(tier, db=str(tmp_path / f"ledger-{len(started)}.sqlite"), delay_ms=delay_ms)
-        t.start()
-        started.append(t)
-        admin = TargetAdmin(t.url)
-        admin.create_payment(PAY, 10000)
-        return t, admin
-
-    yield make
-    for t in started:
-        t.close()
+    factory = TargetFactory(tmp_path, PAY)
+    yield factory.make
+    factory.close()
 
 
 def sdk(url: str, key: str = "sk_test_123") -> stripe.StripeClient:
