@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return approve_main(argv[1:])
     if argv[:1] == ["verify"]:  # so does the receipt verifier
-        from .receipts import main as verify_main
+        from .receipt_cli import main as verify_main
 
         return verify_main(argv[1:])
     if argv[:1] == ["console"]:  # the web console (the `console` extra), imported only here

@@ -17,14 +17,15 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 
 from . import db, killpoints
+from .effects import run_effect
 from .errors import (
     Cancelled,
     ContinuedAsNew,
@@ -38,6 +39,7 @@ from .errors import (
     WorkflowFailed,
 )
 from .events import emit
+from .run_port import RunPort
 from .workflow import definition
 
 
@@ -162,6 +164,7 @@ class WorkflowContext:
         # record: the step runs again, as it may after any crash before its record.
         self._pending: list[dict] = []
         self.worker_id = worker_id
+        self._port = _ContextPort(self)
 
     # -- identity -------------------------------------------------------------------------
 
@@ -193,7 +196,7 @@ class WorkflowContext:
 
     # -- the replay cursor ----------------------------------------------------------------
 
-    def _raise(self, exc: BaseException) -> None:
+    def _raise(self, exc: BaseException) -> NoReturn:
         self._unwinding = exc
         raise exc
 
@@ -454,9 +457,7 @@ class WorkflowContext:
 
         At most once per `key` at tiers 1 and 2, only under the live `grant`, only while
         `premises` (what the decision assumed) still hold, journaled in a verifiable receipt."""
-        from .effects import run_effect
-
-        return run_effect(self, target, key, payload, premises, grant, name=name,
+        return run_effect(self._port, target, key, payload, premises, grant, name=name,
                           local_premises=local_premises, compensation=compensation,
                           raise_on_refusal=raise_on_refusal, action=action,
                           decision=decision, postcondition=postcondition)  # fmt: skip
@@ -598,6 +599,64 @@ class WorkflowContext:
                                 "result": db.jsonb({"continued_as": new_id}), "error": None})  # fmt: skip
             self._conn.execute(db.query("notify_ready"), {"id": new_id})
         self._raise(ContinuedAsNew(new_id))
+
+
+class _ContextPort:
+    """A context's RunPort (run_port.py lists and documents every member): what the effect
+    gate, the worker and orphan recovery use of a run, and nothing else."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: WorkflowContext):
+        self._ctx = ctx
+
+    @property
+    def conn(self) -> psycopg.Connection:
+        return self._ctx._conn
+
+    @property
+    def workflow_id(self) -> str:
+        return self._ctx.workflow_id
+
+    @property
+    def workflow_name(self) -> str:
+        return self._ctx._run.name
+
+    @property
+    def epoch(self) -> int:
+        return self._ctx.epoch
+
+    @property
+    def worker_id(self) -> str:
+        return self._ctx.worker_id
+
+    @property
+    def parent_id(self) -> str | None:
+        return self._ctx._run.parent_id
+
+    def next_call(
+        self, kind: str, name: str, fingerprint: str | None = None
+    ) -> tuple[int, dict | None]:
+        return self._ctx._next(kind, name, fingerprint)
+
+    def frontier(self) -> None:
+        self._ctx._frontier()
+
+    def fenced_write(self) -> AbstractContextManager[dict]:
+        return self._ctx._fenced_write()
+
+    def insert_step(self, seq: int, kind: str, name: str, output: Any = None,
+                    error: Any = None, fingerprint: str | None = None) -> Any:  # fmt: skip
+        return self._ctx._insert_step(seq, kind, name, output, error, fingerprint)
+
+    def unwind(self, exc: BaseException) -> NoReturn:
+        self._ctx._raise(exc)
+
+
+def port_of(ctx: WorkflowContext) -> RunPort:
+    """The run's internal interface (run_port.RunPort), for the worker and orphan recovery;
+    ctx.effect hands it to the gate. Not for workflow code."""
+    return ctx._port
 
 
 def _newest_version(conn: psycopg.Connection, name: str) -> str:

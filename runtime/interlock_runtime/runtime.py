@@ -336,7 +336,7 @@ class Runtime:
         """Resolve effects left dispatched by stuck, failed or cancelled workflows, under a
         synthetic claim (owner $recovery); journal and effects rows only, then the workflow's
         previous status is restored. `targets` maps target names to target objects."""
-        from .context import Run, WorkflowContext
+        from .context import Run, WorkflowContext, port_of
         from .effects import resolve_orphan
 
         done = []
@@ -358,7 +358,7 @@ class Runtime:
                     eff = conn.execute(
                         db.query("get_effect"), {"eid": orphan["effect_id"]}
                     ).fetchone()
-                    outcome = resolve_orphan(ctx, target, eff)
+                    outcome = resolve_orphan(port_of(ctx), target, eff)
                     status = outcome.status if outcome else "retry later"
                 except Suspend:
                     status = "still open: resend outcome unknown, recovery comes back later"

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 from . import db, killpoints, local_postgres, migrations
-from .context import Run, WorkflowContext
+from .context import Run, WorkflowContext, port_of
 from .errors import (
     Cancelled,
     CodeChanged,
@@ -319,8 +319,9 @@ class Worker:
                             "do not catch BaseException in workflow code"}  # fmt: skip
         if isinstance(caught, Suspend):
             # The suspend already released the row: guard by the unchanged epoch (B13).
-            ctx._conn.execute(db.query("mark_stuck_unfenced"),
-                              {"wf": ctx.workflow_id, "epoch": ctx.epoch, "error": db.jsonb(error)})  # fmt: skip
+            port_of(ctx).conn.execute(db.query("mark_stuck_unfenced"),
+                                      {"wf": ctx.workflow_id, "epoch": ctx.epoch,
+                                       "error": db.jsonb(error)})  # fmt: skip
         elif isinstance(caught, Fenced):
             emit("fenced", **ids, by="write", reason=str(caught))
             return
@@ -331,15 +332,16 @@ class Worker:
     def _tell_parent(self, ctx: WorkflowContext, status: str, result: Any, error: Any) -> None:
         """The child's completion transaction signals `$done:<id>` to its parent (spec B8)."""
         done = {"status": status, "result": result, "error": error}
-        ctx._conn.execute(
+        port_of(ctx).conn.execute(
             db.query("signal_parent"), {"child": ctx.workflow_id, "done": db.jsonb(done)}
         )
 
     def _finish(self, ctx: WorkflowContext, status: str, result: Any = None,
                 error: Any = None) -> None:  # fmt: skip
         try:
-            with ctx._fenced_write():
-                conn = ctx._conn
+            port = port_of(ctx)
+            with port.fenced_write():
+                conn = port.conn
                 if status == "release":
                     conn.execute(db.query("release"), {"wf": ctx.workflow_id})
                     conn.execute(db.query("notify_ready"), {"id": ctx.workflow_id})
@@ -347,7 +349,7 @@ class Worker:
                     params = {"wf": ctx.workflow_id, "status": status, "result": db.jsonb(result),
                               "error": db.jsonb(error) if error is not None else None}  # fmt: skip
                     conn.execute(db.query("finish"), params)
-                    if ctx._run.parent_id:
+                    if port.parent_id:
                         self._tell_parent(ctx, status, result, error)
         except Fenced as exc:
             emit("fenced", worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, by="write",

@@ -1,0 +1,138 @@
+"""Recovery of an open send (spec 5.7 recovery a-d): nothing before send_deadline +
+settle_margin; then, by effective tier, re-check the grant and the premises, query when the
+tier allows, and in T_resolve (fenced, the recovery table) resend, commit, refuse or mark
+AMBIGUOUS."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import db, journal, killpoints
+from .effect_authority import grant_checks
+from .effect_call import EffectCall, journal_entries
+from .effect_commit import send_and_commit
+from .effect_postconditions import post_holds
+from .effect_results import EffectResult
+
+
+def recover(call: EffectCall, eff: dict) -> EffectResult | None:
+    """Resolve the open send of `eff` (the effects row, with the database's `now`). None when
+    this caller must go round again: somebody moved first, or the caller offered another
+    payload (B13) and is refused on the next round."""
+    now = eff["now"]
+    settle_until = eff["send_deadline"] + eff["settle_margin"]
+    if now <= settle_until:  # (a) nobody may query or resend yet
+        with call.port.fenced_write():
+            call.suspend_until(settle_until,
+                               f"waits for send_deadline + settle_margin ({settle_until.isoformat()})")  # fmt: skip
+        call.suspend_after_commit()
+    spec = call.spec
+    tier = spec.tier
+    window_age = (now - eff["first_dispatched_at"]).total_seconds()
+    if tier == 1 and window_age > spec.dedup_window - spec.dedup_margin:
+        tier = 2 if spec.queryable else 3  # the target may have forgotten the key
+    entries = journal_entries(call.conn, call.eid)
+    dispatched = journal.open_dispatch(entries) or {}
+    payload = eff["payload"]
+    violations: list[str] = []
+    found = None
+    if tier in (1, 2):  # (c) outside any transaction
+        violations = list(call.target.validate_premises(dispatched.get("premises"), call.eid))
+        grant = call.conn.execute(db.query("get_grant"), {"grant": eff["grant_id"]}).fetchone()
+        may_fail = bool(violations) or not (grant and grant["live"])
+        if spec.queryable and (tier == 2 or may_fail):
+            found = call.target.query(call.eid, payload)
+    post = post_holds(call, payload) if found else (None, "")
+    t0 = time.monotonic()  # the resend's stopwatch starts before T_resolve (B10)
+    return _t_resolve(call, eff, tier, violations, found, t0, post)
+
+
+def _t_resolve(call: EffectCall, read: dict, tier: int, violations: list[str], found: Any,
+               t0: float, post: tuple[bool | None, str] = (None, "")) -> EffectResult | None:  # fmt: skip
+    """T_resolve, fenced: the recovery table of spec 5.7 (d)."""
+    port, conn = call.port, call.conn
+    offered_other = read["payload_hash"] != call.ph  # B13: resolve, then refuse as conflicting
+    resend_via = None
+    with port.fenced_write() as fence:
+        now = fence["now"]
+        eff = call.lock_effect()
+        same_pair = (eff["dispatch_workflow_id"], eff["dispatch_epoch"]) == (
+            read["dispatch_workflow_id"], read["dispatch_epoch"])  # fmt: skip
+        if not (eff["state"] == "dispatched" and same_pair
+                and now > eff["send_deadline"] + eff["settle_margin"]):  # fmt: skip
+            return None  # somebody moved first: roll back and re-enter
+        grant = conn.execute(db.query("lock_grant_for_share"),
+                             {"grant": eff["grant_id"]}).fetchone()  # fmt: skip
+        rechecked = grant_checks(grant, eff["grant_id"], call.action, eff["payload"],
+                                 eff["payload_hash"])  # fmt: skip
+        rechecked["violations"] = violations if rechecked["lease_live"] else []
+        rechecked["ts"] = now.timestamp()  # the grant is judged as of T_resolve, not T_commit
+        lease_stale = not rechecked["lease_live"]
+        stale = lease_stale or bool(rechecked["violations"])
+        why = "lease" if lease_stale else "stale_premise"
+        chain = call.chain(now.timestamp())
+
+        def finish(state: str, status: str, result: Any = None,
+                   reason: str | None = None) -> EffectResult | None:  # fmt: skip
+            if state != "dispatched":
+                call.set_state(state)
+            if offered_other:
+                return None
+            return call.record(status, result, reason)
+
+        if tier == 3:
+            chain.append("AMBIGUOUS", reason="tier 3: no lookup and no dedup; cannot tell "
+                         "whether the send landed", rechecked=rechecked)  # fmt: skip
+            return finish("ambiguous", "AMBIGUOUS")
+        if tier == 1 and not stale:
+            resend_via = "retry-idempotent"
+        elif stale and not call.spec.queryable:
+            chain.append("AMBIGUOUS", reason=f"{why} at recovery, no lookup", rechecked=rechecked)
+            return finish("ambiguous", "AMBIGUOUS")
+        elif found and post[0] is False:
+            chain.append("AMBIGUOUS", reason=f"postcondition failed: {post[1]}",
+                         rechecked=rechecked, found=db.json_value(found, "found"))  # fmt: skip
+            return finish("ambiguous", "POSTCONDITION_FAILED", {"detail": post[1]})
+        elif found:
+            found = db.json_value(found, "found")
+            extra = {"verified": True} if post[0] else {}
+            chain.append("COMMITTED", via="recovery-query", rechecked=rechecked, found=found,
+                         result=found, **extra)  # fmt: skip
+            count = found.get("count") if isinstance(found, dict) else None
+            if isinstance(count, int) and count > 1:  # the lookup itself shows A2 broken
+                chain.append("AUDITED", applications=count, assumption_violated="A2",
+                             reason="the recovery lookup found more than one application")  # fmt: skip
+            return finish("committed", "COMMITTED_ON_QUERY", found)
+        elif stale:
+            chain.append("REFUSED", reason=f"{why} at recovery", resolves=True,
+                         rechecked=rechecked)  # fmt: skip
+            detail = (rechecked.get("refusals") if lease_stale
+                      else ["premise changed: " + "; ".join(rechecked["violations"])])  # fmt: skip
+            return finish(
+                "proposed",
+                f"REFUSED:{why}_at_recovery",
+                reason="at recovery, not resent: " + "; ".join(detail or []),
+            )
+        else:
+            resend_via = "recovery-reapply"
+        # A resend: the durable record (dispatch pair, deadline, sends) commits before any
+        # byte goes out. No second DISPATCHED entry is written.
+        conn.execute(db.query("mark_resend"), {"eid": call.eid, "wf": port.workflow_id,
+                     "epoch": port.epoch, "send_timeout": call.spec.send_timeout})  # fmt: skip
+    killpoints.hit("resolve_after_commit")
+    if offered_other:
+        # Resolve the open send with the recorded payload, then come back to be refused.
+        _resend_recorded(call, read, t0, resend_via, rechecked)
+        return None
+    return send_and_commit(call, t0, via=resend_via, rechecked=rechecked)
+
+
+def _resend_recorded(call: EffectCall, read: dict, t0: float, via: str, rechecked: dict) -> None:
+    """B13: a caller with another payload first settles the recorded send (with the
+    recorded payload), without taking its status: no step row is written."""
+    offered, call.payload, call.records_step = call.payload, read["payload"], False
+    try:  # an unknown outcome suspends this workflow until recovery may look again
+        send_and_commit(call, t0, via=via, rechecked=rechecked)
+    finally:
+        call.payload, call.records_step = offered, True

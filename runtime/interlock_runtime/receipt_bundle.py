@@ -1,0 +1,182 @@
+"""A receipt bundle: building one from an effect's journal, signing it, and its strict JSON
+text (the format is described in receipts.py)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from . import journal
+
+FORMAT = "interlock-receipt/1"
+BUNDLE_FIELDS = (
+    "format",
+    "effect_id",
+    "entries",
+    "late_result",
+    "reconciled",
+    "signature",
+    "bundle_signature",
+)
+SIGNATURE_FIELDS = ("signature", "bundle_signature")
+
+
+def key_bytes(key: bytes | str | None) -> bytes | None:
+    """A receipt key as bytes (a str is UTF-8 encoded); None for no key."""
+    if key is None:
+        return None
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    if not isinstance(key, (bytes, bytearray)):
+        raise TypeError(f"a receipt key must be bytes (or str), got {type(key).__name__}")
+    if not key:
+        raise ValueError("a receipt key must not be empty")
+    return bytes(key)
+
+
+def _require_key(key: bytes | str | None) -> bytes:
+    raw = key_bytes(key)
+    if raw is None:
+        raise ValueError("signing needs a key")
+    return raw
+
+
+def _hmac(key: bytes, message: str) -> str:
+    return hmac.new(key, message.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def last_entry_hash(entries: Any) -> str:
+    """The hash of the last entry, the one the chain signature covers; "" when there is none."""
+    if isinstance(entries, list) and entries and isinstance(entries[-1], Mapping):
+        last = entries[-1].get("hash")
+        if isinstance(last, str):
+            return last
+    return ""
+
+
+def chain_signature(effect_id: str, last_hash: str, key: bytes) -> str:
+    """HMAC-SHA256 (hex) over "<effect_id>:<last_hash>" (DESIGN C); last_hash "" when empty."""
+    return _hmac(_require_key(key), f"{effect_id}:{last_hash}")
+
+
+def bundle_signature(bundle: Mapping[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 (hex) over the format name and the canonical bundle without its signatures."""
+    unsigned = {k: v for k, v in bundle.items() if k not in SIGNATURE_FIELDS}
+    return _hmac(_require_key(key), f"{FORMAT}\n{journal.canonical(unsigned)}")
+
+
+def sign(bundle: Mapping[str, Any], key: bytes) -> dict[str, Any]:
+    """A copy of bundle with both signatures computed under key (bytes; a str is UTF-8 encoded)."""
+    raw_key = _require_key(key)
+    out = copy.deepcopy(dict(bundle))
+    out["signature"] = chain_signature(
+        out.get("effect_id", ""), last_entry_hash(out.get("entries")), raw_key
+    )
+    out["bundle_signature"] = bundle_signature(out, raw_key)
+    return out
+
+
+def bundle(
+    entries: Iterable[Mapping[str, Any] | str | bytes],
+    effect_id: str,
+    key: bytes | None = None,
+    late_result: Any = None,
+    reconciled: Any = None,
+) -> dict[str, Any]:
+    """The receipt bundle of one effect, signed when a key is given.
+
+    entries are the sealed entries in journal order, as dicts or as the verbatim body texts of
+    ilr.journal. late_result and reconciled are the effects row's columns (JSON or None).
+    The bundle holds plain copies; it is not checked here (verify() does that).
+    """
+    if not isinstance(effect_id, str) or not effect_id:
+        raise ValueError(f"effect_id must be a non-empty str, got {effect_id!r}")
+    plain: list[dict[str, Any]] = []
+    for index, entry in enumerate(entries):
+        if isinstance(entry, (str, bytes, bytearray)):
+            plain.append(journal.parse_body(entry))
+        elif isinstance(entry, Mapping):
+            plain.append(json.loads(journal.canonical(dict(entry))))
+        else:
+            raise TypeError(
+                f"entries[{index}] must be a sealed entry (dict) or its body text, "
+                f"got {type(entry).__name__}"
+            )
+    out: dict[str, Any] = {
+        "format": FORMAT,
+        "effect_id": effect_id,
+        "entries": plain,
+        "late_result": json.loads(journal.canonical(late_result)),
+        "reconciled": json.loads(journal.canonical(reconciled)),
+        "signature": None,
+        "bundle_signature": None,
+    }
+    return sign(out, key) if key is not None else out
+
+
+def dumps(bundle: Mapping[str, Any], pretty: bool = False) -> str:
+    """The bundle as JSON text: canonical by default, indented (sorted keys) when pretty."""
+    if pretty:
+        return json.dumps(bundle, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    return journal.canonical(dict(bundle))
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r} in one object (ambiguous JSON)")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# Hashes cover numbers as canonical() writes them (Python's repr), so a number spelled another
+# way ("1795000001e0" for 1795000001.0, "-0" for 0) is not the text that was sealed and signed.
+def _canonical_float(token: str) -> float:
+    value = float(token)
+    if repr(value) != token:
+        raise ValueError(f"number {token} is not written canonically (expected {value!r})")
+    return value
+
+
+def _canonical_int(token: str) -> int:
+    value = int(token)
+    if str(value) != token:
+        raise ValueError(f"number {token} is not written canonically (expected {value})")
+    return value
+
+
+def loads(data: bytes | str) -> Any:
+    """Strict JSON for receipts: UTF-8 only, no duplicate keys, no NaN or Infinity, numbers
+    written as canonical() writes them. Whitespace between tokens is free (pretty files load).
+
+    Raises ValueError with a readable reason (UnicodeDecodeError and JSONDecodeError are
+    ValueErrors too).
+    """
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+            ) from None
+    else:
+        text = data
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_reject_duplicates,
+            parse_constant=_reject_constant,
+            parse_float=_canonical_float,
+            parse_int=_canonical_int,
+        )
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
