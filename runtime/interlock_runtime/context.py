@@ -1,4 +1,4 @@
-"""The workflow context: replay from the top with the step cache (spec 5.1, 5.5, 5.6, 5.8).
+"""The workflow context: replay from the top with the step cache (docs/design.md#durable-replay, 5.5, 5.6, 5.8).
 
 A workflow is a plain function f(ctx, input). Each durable call takes the next seq. If a step
 row exists at that seq, its kind and name (and fingerprint) must match the call, else
@@ -90,7 +90,7 @@ class Run:
     takeovers: int
     cancel_requested_at: Any
     lease_ttl: float
-    # DESIGN B10 C1: t0 + lease_ttl, with t0 read before the claim and before every renewing
+    # docs/design.md#model-findings C1: t0 + lease_ttl, with t0 read before the claim and before every renewing
     # write. Checked before every step body and model call, so a stalled load can never start
     # a body after the lease (as the database sees it) may have expired.
     local_deadline: float
@@ -130,7 +130,7 @@ def request_hash(request: Any) -> str:
 
 
 def successor_id(wf_id: str) -> str:
-    """continue_as_new names the next run <id>#<n> (DESIGN B13)."""
+    """continue_as_new names the next run <id>#<n> (docs/design.md#refinements)."""
     m = re.match(r"^(.*)#(\d+)$", wf_id)
     return f"{m.group(1)}#{int(m.group(2)) + 1}" if m else f"{wf_id}#1"
 
@@ -373,11 +373,11 @@ class WorkflowContext:
         raise StepFailed(name, error) from exc
 
     def _attempt(self, seq: int) -> int:
-        """Spec B4: attempt = waiting.attempt + takeovers, so a crash loop spends retries."""
+        """docs/design.md#durable-replay: attempt = waiting.attempt + takeovers, so a crash loop spends retries."""
         return self._waiting_for(seq, "retry").get("attempt", 1) + self._run.takeovers
 
     def _hold_until_backoff_due(self, seq: int) -> None:
-        """A signal may wake a workflow early; its retry backoff still holds (DESIGN B13)."""
+        """A signal may wake a workflow early; its retry backoff still holds (docs/design.md#refinements)."""
         until = self._waiting_for(seq, "retry").get("until")
         if (
             until
@@ -453,7 +453,7 @@ class WorkflowContext:
                name: str | None = None, local_premises: Any = (), compensation: bool = False,
                raise_on_refusal: bool = False, action: str | None = None,
                decision: Any = None, postcondition: Any = None) -> Any:  # fmt: skip
-        """Send an external effect through the gate (spec 5.7); returns an EffectResult.
+        """Send an external effect through the gate (docs/design.md#gated-effects); returns an EffectResult.
 
         At most once per `key` at tiers 1 and 2, only under the live `grant`, only while
         `premises` (what the decision assumed) still hold, journaled in a verifiable receipt."""
@@ -502,7 +502,7 @@ class WorkflowContext:
 
     def _wait(self, seq: int, kind: str, name: str, first_until: Callable[[datetime], datetime] | None,
               signal: str | None, proposal: Any = None) -> Any:  # fmt: skip
-        """The one-transaction suspend (spec 5.6). The fence locks the workflow row first, so a
+        """The one-transaction suspend (docs/design.md#suspend). The fence locks the workflow row first, so a
         concurrent signal either committed before (the mailbox check sees it) or waits for this
         commit and then wakes the row: no wakeup is lost."""
         waiting = self._waiting_for(seq, kind)

@@ -1,4 +1,4 @@
-"""The circuit breaker of a target (spec 5.7): consecutive definite failures and timeouts open
+"""The circuit breaker of a target (docs/design.md#gated-effects): consecutive definite failures and timeouts open
 it for breaker_cooldown seconds; T_dispatch refuses while it is open (REFUSED:circuit_open)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The send and what follows it (spec 5.7 d-g): the watched send, then T_commit (fenced:
+"""The send and what follows it (docs/design.md#gated-effects d-g): the watched send, then T_commit (fenced:
 COMMITTED and the step row), the late result (unfenced) when the claim was lost meanwhile,
 a definite failure, or an unknown outcome left open for recovery; after a recovery reapply,
 the settle audit."""
@@ -86,7 +86,7 @@ def _record_resolved_elsewhere(call: EffectCall) -> EffectResult:
 
 
 def _late_result(call: EffectCall, result: Any, fields: dict | None = None) -> None:
-    """Spec 5.7 (f): unfenced, locks only the effect row. A response that arrives after
+    """docs/design.md#gated-effects (f): unfenced, locks only the effect row. A response that arrives after
     the claim was lost is never dropped (LateResultPreserved). A commit here keeps the
     resend's `via` and `rechecked`, so the journal still shows the send was a resend."""
     with call.conn.transaction():
@@ -112,7 +112,7 @@ def _late_result(call: EffectCall, result: Any, fields: dict | None = None) -> N
 
 
 def _definite_failure(call: EffectCall, exc: TargetRejected, rechecked: Any) -> EffectResult:
-    """Spec 5.7 (g): a definite failure. Landed anyway (queryable and found): committed;
+    """docs/design.md#gated-effects (g): a definite failure. Landed anyway (queryable and found): committed;
     otherwise a resolving REFUSED returns the effect to proposed."""
     found = call.target.query(call.eid, call.payload) if call.spec.queryable else None
     with call.port.fenced_write() as fence:

@@ -1,4 +1,4 @@
-"""The submit path (spec 5.7 a-c): read the premises, then T_dispatch, fenced, in the spec's
+"""The submit path (docs/design.md#gated-effects a-c): read the premises, then T_dispatch, fenced, in the spec's
 order: bind the payload, cancel, the circuit breaker, the grant FOR SHARE, the local premises,
 AUTHORIZED + DISPATCHED and the send deadline; then the send (effect_commit)."""
 
@@ -21,7 +21,7 @@ def submit(call: EffectCall) -> EffectResult:
     violations = list(call.target.validate_premises(decided_on, call.eid))
     read_t = time.monotonic()
     killpoints.hit("effect_before_dispatch")
-    t0 = time.monotonic()  # the stopwatch starts before T_dispatch (spec 5.4)
+    t0 = time.monotonic()  # the stopwatch starts before T_dispatch (docs/design.md#send-deadline)
     if t0 - read_t > call.spec.premise_max_age:  # stale external read: read again (B13)
         violations = list(call.target.validate_premises(decided_on, call.eid))
         t0 = time.monotonic()
@@ -41,7 +41,7 @@ def _decided_on(call: EffectCall) -> Any:
 
 
 def _t_dispatch(call: EffectCall, decided_on: Any, violations: list[str]) -> EffectResult | None:
-    """T_dispatch, fenced, in the exact order of spec 5.7 (c). Returns an outcome when the
+    """T_dispatch, fenced, in the exact order of docs/design.md#gated-effects (c). Returns an outcome when the
     call ends here (refused, duplicate, ambiguous), None when a send is authorized."""
     port, conn, suspended = call.port, call.conn, False
     with port.fenced_write() as fence:

@@ -1,4 +1,4 @@
-"""Recovery of an open send (spec 5.7 recovery a-d): nothing before send_deadline +
+"""Recovery of an open send (docs/design.md#gated-effects recovery a-d): nothing before send_deadline +
 settle_margin; then, by effective tier, re-check the grant and the premises, query when the
 tier allows, and in T_resolve (fenced, the recovery table) resend, commit, refuse or mark
 AMBIGUOUS."""
@@ -50,7 +50,7 @@ def recover(call: EffectCall, eff: dict) -> EffectResult | None:
 
 def _t_resolve(call: EffectCall, read: dict, tier: int, violations: list[str], found: Any,
                t0: float, post: tuple[bool | None, str] = (None, "")) -> EffectResult | None:  # fmt: skip
-    """T_resolve, fenced: the recovery table of spec 5.7 (d)."""
+    """T_resolve, fenced: the recovery table of docs/design.md#gated-effects (d)."""
     port, conn = call.port, call.conn
     offered_other = read["payload_hash"] != call.ph  # B13: resolve, then refuse as conflicting
     resend_via = None

@@ -1,4 +1,4 @@
-"""The watched send (spec 5.4): a watchdog timer ends the worker process if a send outlives
+"""The watched send (docs/design.md#send-deadline): a watchdog timer ends the worker process if a send outlives
 its local deadline, so no byte can leave after it while the process runs (assumption A1)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .effect_call import EffectCall
 
-MIN_SEND_BUDGET = 1.0  # seconds: below this, do not start a send (spec B5)
+MIN_SEND_BUDGET = 1.0  # seconds: below this, do not start a send (docs/design.md#send-deadline)
 WATCHDOG_EXIT = 75  # os._exit status when a send outlives its deadline
 NOT_SENT = object()  # what watched_apply returns when the budget left is below the minimum
 

@@ -55,7 +55,7 @@ def check_target(target: Any) -> TargetSpec:
         raise InvalidInput(
             f"target {target.name!r}: tier 1 is safe only when DEDUP_MARGIN > send_timeout + "
             f"settle_margin, but {vals['dedup_margin']} <= {vals['send_timeout']} + "
-            f"{vals['settle_margin']}; raise dedup_margin or lower the timeouts (DESIGN B10 C2)"
+            f"{vals['settle_margin']}; raise dedup_margin or lower the timeouts (docs/design.md#model-findings C2)"
         )
     threshold = getattr(target, "breaker_threshold", None)
     if threshold is not None and (not isinstance(threshold, int) or threshold < 1):

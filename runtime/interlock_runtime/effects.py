@@ -1,4 +1,4 @@
-"""Gated effects (spec 5.4, 5.7): T_dispatch, the watched send, T_commit, recovery by tier.
+"""Gated effects (docs/design.md#send-deadline, 5.7): T_dispatch, the watched send, T_commit, recovery by tier.
 
 An effect is sent at most once per effect_id at tiers 1 and 2 (assuming A1, A2), only under a
 live grant, only while its premises hold, and every decision is journaled in a hash chain:

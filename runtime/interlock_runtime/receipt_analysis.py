@@ -12,7 +12,7 @@ from typing import Any
 from . import authority, journal
 from .vocabulary import ResendVia
 
-# COMMITTED.via values that mean the effect was sent again (spec 5.7 recovery table).
+# COMMITTED.via values that mean the effect was sent again (docs/design.md#gated-effects recovery table).
 RESEND_VIAS = ResendVia.values()
 
 
@@ -148,7 +148,7 @@ def _send(
 
 
 def analyse(entries: list[Any]) -> dict[str, Any]:
-    """Walk the entries in order, like the effects row's state machine (spec 5.7, DESIGN B2)."""
+    """Walk the entries in order, like the effects row's state machine (docs/design.md#gated-effects, docs/design.md#vocabulary)."""
     findings: list[str] = []
     sends: list[dict[str, Any]] = []
     episodes: list[dict[str, Any]] = []  # one per DISPATCHED: its resolution and late results

@@ -59,7 +59,7 @@ def last_entry_hash(entries: Any) -> str:
 
 
 def chain_signature(effect_id: str, last_hash: str, key: bytes) -> str:
-    """HMAC-SHA256 (hex) over "<effect_id>:<last_hash>" (DESIGN C); last_hash "" when empty."""
+    """HMAC-SHA256 (hex) over "<effect_id>:<last_hash>" (docs/design.md#journal); last_hash "" when empty."""
     return _hmac(_require_key(key), f"{effect_id}:{last_hash}")
 
 

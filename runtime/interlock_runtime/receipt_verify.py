@@ -1,5 +1,5 @@
 """verify(): re-derive a receipt's claims from its entries alone, and check its signatures
-under a key (DESIGN C). Nothing is read from a database."""
+under a key (docs/design.md#journal). Nothing is read from a database."""
 
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ def _check_late_result(late_result: Any, entries: list[Any]) -> list[str]:
 
 
 def verify(bundle: Any, key: bytes | None = None) -> dict[str, Any]:
-    """Re-derive a receipt's claims from its entries (DESIGN C). Never raises on a bad bundle
+    """Re-derive a receipt's claims from its entries (docs/design.md#journal). Never raises on a bad bundle
     (only on a bad key: not bytes/str, or empty).
 
     A send is a DISPATCHED entry, or a resend: a COMMITTED whose via is retry-idempotent or
     recovery-reapply (a resend never writes a second DISPATCHED). Kinds not in journal.KINDS
-    are ignored (DESIGN B2), though the chain covers them.
+    are ignored (docs/design.md#vocabulary), though the chain covers them.
 
     - problems: why the receipt is not a sound record: bundle shape and format, broken prev
       links, hashes that do not re-derive, entries of another effect, more than one COMMITTED,

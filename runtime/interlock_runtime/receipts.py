@@ -1,18 +1,18 @@
-"""Receipts: a bundle of one effect's journal, an HMAC signature, and verify() (DESIGN C).
+"""Receipts: a bundle of one effect's journal, an HMAC signature, and verify() (docs/design.md#journal).
 
 A bundle is a JSON object:
 
     {"format": "interlock-receipt/1", "effect_id": ..., "entries": [sealed entries, in order],
      "late_result": ..., "reconciled": ..., "signature": hex | null, "bundle_signature": hex | null}
 
-- signature is HMAC-SHA256(key, "<effect_id>:<hash of the last entry>") as DESIGN C defines it:
+- signature is HMAC-SHA256(key, "<effect_id>:<hash of the last entry>") as docs/design.md#journal defines it:
   with the hash chain it covers every entry and detects a truncated or extended journal.
 - bundle_signature is HMAC-SHA256(key, "interlock-receipt/1\\n" + canonical(bundle without the two
   signatures)). It also covers late_result and reconciled, which live outside the chain
   (reconciled is a human attestation that is never journaled).
 
 verify() re-derives every answer from the entries alone; nothing is read from a database.
-Without a key it proves internal consistency only: anyone can re-seal a whole chain (DESIGN B9).
+Without a key it proves internal consistency only: anyone can re-seal a whole chain (docs/design.md#concessions).
 
 The CLI: `python -m interlock_runtime.receipts FILE [--key K | --key-file F | --key-env NAME]
 [--json]`, also reachable as `interlock verify`. Exit 0 valid, 1 invalid, 2 unreadable input.

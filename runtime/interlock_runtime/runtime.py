@@ -1,4 +1,4 @@
-"""The client API (spec 6): start workflows, read them, wait for results.
+"""The client API (docs/api.md): start workflows, read them, wait for results.
 
 Runtime(dsn) applies the schema. Every method validates its input before it writes anything.
 """
@@ -429,7 +429,7 @@ def _expires_in(seconds: Any) -> float | None:
 
 
 def register_deployment(conn: psycopg.Connection, wf: WorkflowDef, allow_code_change: bool) -> None:
-    """Upsert (name, version, code_sha256) inside the caller's transaction (spec B4)."""
+    """Upsert (name, version, code_sha256) inside the caller's transaction (docs/design.md#durable-replay)."""
     params = {"name": wf.name, "version": wf.version, "sha": wf.code_sha256}
     conn.execute(db.query("register_deployment"), params)
     row = conn.execute(db.query("get_deployment"), params).fetchone()

@@ -1,4 +1,4 @@
-"""The worker: claim loop, heartbeat, execution of claimed runs, and its CLI (spec 5.3, 6).
+"""The worker: claim loop, heartbeat, execution of claimed runs, and its CLI (docs/design.md#claims, 6).
 
 One process claims due workflows for the (name, version) pairs it registered, runs each one
 from the top in a thread of its pool, renews every lease it holds with one heartbeat
@@ -330,7 +330,7 @@ class Worker:
         emit("stuck", **ids, error=error)
 
     def _tell_parent(self, ctx: WorkflowContext, status: str, result: Any, error: Any) -> None:
-        """The child's completion transaction signals `$done:<id>` to its parent (spec B8)."""
+        """The child's completion transaction signals `$done:<id>` to its parent (docs/design.md#versioning)."""
         done = {"status": status, "result": result, "error": error}
         port_of(ctx).conn.execute(
             db.query("signal_parent"), {"child": ctx.workflow_id, "done": db.jsonb(done)}
