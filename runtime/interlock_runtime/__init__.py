@@ -2,15 +2,19 @@
 
 from interlock_runtime import Runtime, Worker, workflow, RetryPolicy
 
-@workflow(name="refund", version="1")
-def refund(ctx, case):
-    amount = ctx.step("pick", pick_amount, case)
+@workflow(name="invoice_mail", version="1")
+def invoice_mail(ctx, inv):
+    message = ctx.step("compose", compose, inv)
     ...
 
-rt = Runtime(dsn)                      # creates the schema in an empty database
-rt.start(refund, "case-4471", {...})   # idempotent on the id
-Worker(dsn, [refund]).run()            # or: interlock worker --module my_flows
+rt = Runtime(dsn)                          # creates the schema in an empty database
+rt.start(invoice_mail, "inv-1001", {...})  # idempotent on the id
+Worker(dsn, [invoice_mail]).run()          # or: interlock worker --module my_flows
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from .context import Decision, RetryPolicy, WorkflowContext
 from .effects import EffectRefused, EffectResult
@@ -35,8 +39,11 @@ from .runtime import Runtime
 from .targets import EffectTarget, HttpTarget
 from .workflow import workflow
 
+if TYPE_CHECKING:
+    from .worker import Worker
 
-def __getattr__(name: str):
+
+def __getattr__(name: str) -> type[Worker]:
     # Imported lazily so `python -m interlock_runtime.worker` does not import itself twice.
     if name == "Worker":
         from .worker import Worker
