@@ -33,6 +33,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy  # strict, the product only: [tool.mypy] in pyproject.toml
 
 format: setup
 	$(BIN)/ruff format .

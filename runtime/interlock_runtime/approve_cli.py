@@ -27,7 +27,7 @@ from typing import Any
 from .errors import InterlockError
 
 
-def decided(wf: dict, name: str | None = None) -> dict | None:
+def decided(wf: dict[str, Any], name: str | None = None) -> dict[str, Any] | None:
     """The latest recorded decision of a described workflow (optionally by step name); None
     when it made none (an error if `name` names one it has not made)."""
     steps = [s for s in wf.get("steps") or [] if s.get("kind") == "decide"
@@ -37,10 +37,11 @@ def decided(wf: dict, name: str | None = None) -> dict | None:
             raise ValueError(f"workflow {wf.get('id')!r} has no recorded decision named {name!r} "
                              "(interlock describe shows its steps)")  # fmt: skip
         return None
-    return steps[-1]["output"]
+    output: dict[str, Any] = steps[-1]["output"]
+    return output
 
 
-def proposed_payload(wf: dict, decision: dict | None) -> Any:
+def proposed_payload(wf: dict[str, Any], decision: dict[str, Any] | None) -> Any:
     """What the workflow proposes for approval, or ValueError saying how to give it."""
     waiting = wf.get("waiting") or {}
     if isinstance(waiting, dict) and "proposal" in waiting:

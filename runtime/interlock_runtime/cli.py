@@ -30,10 +30,13 @@ import argparse
 import json
 import sys
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import local_postgres
 from .errors import InterlockError
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
 
 
 def _pg(args: argparse.Namespace) -> int:
@@ -78,7 +81,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def print_table(rows: list[dict], columns: list[str]) -> None:
+def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
     """A plain aligned table; long cells are cut so a row stays on one line."""
     cells = [[_cell(r.get(c))[:60] for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
@@ -96,7 +99,7 @@ def _dump(value: Any) -> None:
 # -- operator verbs -----------------------------------------------------------------------------
 
 
-def _runtime(args: argparse.Namespace):
+def _runtime(args: argparse.Namespace) -> Runtime:
     from .runtime import Runtime
 
     return Runtime(args.dsn or local_postgres.dsn())
@@ -389,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         return console_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except InterlockError as exc:
         print(f"interlock {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-import psycopg
-
 from . import db, killpoints
 from .effects import run_effect
 from .errors import (
@@ -86,7 +84,7 @@ class Run:
     version: str
     input: Any
     epoch: int
-    waiting: dict | None
+    waiting: dict[str, Any] | None
     takeovers: int
     cancel_requested_at: Any
     lease_ttl: float
@@ -112,10 +110,10 @@ class Decision:
     output: Any
     premises: Any
     captured_at: str | None
-    ref: dict
+    ref: dict[str, Any]
 
 
-def _error_record(exc: BaseException, attempt: int) -> dict:
+def _error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     return {
         "type": type(exc).__qualname__,
@@ -145,8 +143,8 @@ class WorkflowContext:
     def __init__(
         self,
         run: Run,
-        conn: psycopg.Connection,
-        steps: list[dict],
+        conn: db.Conn,
+        steps: list[db.Row],
         worker_id: str,
         stopping: threading.Event | None = None,
     ):
@@ -162,7 +160,7 @@ class WorkflowContext:
         # completion in one transaction (one fsync fewer). The window is workflow code only (no
         # body, no send runs in it), so a crash there looks exactly like a crash just before the
         # record: the step runs again, as it may after any crash before its record.
-        self._pending: list[dict] = []
+        self._pending: list[dict[str, Any]] = []
         self.worker_id = worker_id
         self._port = _ContextPort(self)
 
@@ -202,7 +200,7 @@ class WorkflowContext:
 
     def _next(
         self, kind: str, name: str, fingerprint: str | None = None
-    ) -> tuple[int, dict | None]:
+    ) -> tuple[int, db.Row | None]:
         """Take the next seq; return its recorded row (checked against this call) or None."""
         if self._unwinding is not None:
             raise self._unwinding
@@ -235,7 +233,7 @@ class WorkflowContext:
             raise Cancelled(f"{run.workflow_id} was cancelled")
 
     @contextmanager
-    def _fenced_write(self) -> Iterator[dict]:
+    def _fenced_write(self) -> Iterator[db.Row]:
         """A fenced transaction (db.fenced) that renews the local deadline when it commits.
 
         Yields the fence row (cancel_requested_at, now, lease_expires_at)."""
@@ -263,7 +261,7 @@ class WorkflowContext:
                 pass
 
     def _step_params(self, seq: int, kind: str, name: str, output: Any, error: Any,
-                     fingerprint: str | None) -> dict:  # fmt: skip
+                     fingerprint: str | None) -> dict[str, Any]:  # fmt: skip
         return {
             "wf": self.workflow_id,
             "seq": seq,
@@ -279,7 +277,7 @@ class WorkflowContext:
                      error: Any = None, fingerprint: str | None = None) -> Any:  # fmt: skip
         """Insert a step row inside an open fenced transaction; returns the output as stored."""
         params = self._step_params(seq, kind, name, output, error, fingerprint)
-        return self._conn.execute(db.query("insert_step"), params).fetchone()["output"]
+        return db.one(self._conn.execute(db.query("insert_step"), params))["output"]
 
     def _record(self, seq: int, kind: str, name: str, output: Any = None, error: Any = None,
                 fingerprint: str | None = None, defer: bool = False) -> Any:  # fmt: skip
@@ -292,7 +290,7 @@ class WorkflowContext:
         with self._fenced_write():
             return self._insert_step(seq, kind, name, output, error, fingerprint)
 
-    def _waiting_for(self, seq: int, kind: str) -> dict:
+    def _waiting_for(self, seq: int, kind: str) -> dict[str, Any]:
         waiting = self._run.waiting or {}
         return waiting if waiting.get("seq") == seq and waiting.get("kind") == kind else {}
 
@@ -374,7 +372,8 @@ class WorkflowContext:
 
     def _attempt(self, seq: int) -> int:
         """docs/design.md#durable-replay: attempt = waiting.attempt + takeovers, so a crash loop spends retries."""
-        return self._waiting_for(seq, "retry").get("attempt", 1) + self._run.takeovers
+        attempt: int = self._waiting_for(seq, "retry").get("attempt", 1)
+        return attempt + self._run.takeovers
 
     def _hold_until_backoff_due(self, seq: int) -> None:
         """A signal may wake a workflow early; its retry backoff still holds (docs/design.md#refinements)."""
@@ -427,7 +426,7 @@ class WorkflowContext:
                     self._conn.execute(db.query("log_llm_call"), params)
                 return call(request)
 
-            def shape(response: Any) -> dict:
+            def shape(response: Any) -> dict[str, Any]:
                 meta = response if isinstance(response, dict) else {}
                 return {"request_hash": rhash, "response": response, "model": meta.get("model"),
                         "usage": meta.get("usage"), "premises": captured,
@@ -481,7 +480,7 @@ class WorkflowContext:
         until = None if timeout is None else (lambda now: now + timedelta(seconds=timeout))
         return self._wait(seq, "signal", name, until, name)
 
-    def wait_approval(self, proposal: Any, timeout: float | None = None) -> dict | None:
+    def wait_approval(self, proposal: Any, timeout: float | None = None) -> dict[str, Any] | None:
         """Wait for a person to approve `proposal` (the payload this workflow will offer its
         effect), shown as such by `interlock describe`, `interlock approve` and the console.
         Returns the approval {grant_id, payload, facts_seen} (rt.approve / `interlock approve`
@@ -515,6 +514,7 @@ class WorkflowContext:
                 if found is not None:
                     self._insert_step(seq, kind, name, output=found["payload"])
                     return found["payload"]
+            until: datetime | None
             if waiting.get("until"):
                 until = datetime.fromisoformat(waiting["until"])
             else:
@@ -562,7 +562,8 @@ class WorkflowContext:
             definition(workflow).name, version or definition(workflow).version)  # fmt: skip
         seq, row = self._next("child", name)
         if row is not None:
-            return row["output"]["id"]
+            child: str = row["output"]["id"]
+            return child
         self._frontier()
         cid = child_id or f"{self.workflow_id}/{seq}"
         text = db.to_json_text(input, f"the input of child {cid}")
@@ -611,7 +612,7 @@ class _ContextPort:
         self._ctx = ctx
 
     @property
-    def conn(self) -> psycopg.Connection:
+    def conn(self) -> db.Conn:
         return self._ctx._conn
 
     @property
@@ -636,13 +637,13 @@ class _ContextPort:
 
     def next_call(
         self, kind: str, name: str, fingerprint: str | None = None
-    ) -> tuple[int, dict | None]:
+    ) -> tuple[int, db.Row | None]:
         return self._ctx._next(kind, name, fingerprint)
 
     def frontier(self) -> None:
         self._ctx._frontier()
 
-    def fenced_write(self) -> AbstractContextManager[dict]:
+    def fenced_write(self) -> AbstractContextManager[db.Row]:
         return self._ctx._fenced_write()
 
     def insert_step(self, seq: int, kind: str, name: str, output: Any = None,
@@ -659,17 +660,18 @@ def port_of(ctx: WorkflowContext) -> RunPort:
     return ctx._port
 
 
-def _newest_version(conn: psycopg.Connection, name: str) -> str:
+def _newest_version(conn: db.Conn, name: str) -> str:
     row = conn.execute(db.query("newest_version"), {"name": name}).fetchone()
     if row is None:
         raise InvalidInput(f"no deployment serves workflow {name!r}; register it before ctx.child")
-    return row["version"]
+    version: str = row["version"]
+    return version
 
 
 APPROVAL_SIGNAL = "approve"  # the signal rt.approve sends with its grant
 
 
-def _approval(payload: Any) -> dict | None:
+def _approval(payload: Any) -> dict[str, Any] | None:
     """An approval signal's payload, checked: a bare `approve` signal carries no grant."""
     if payload is None:
         return None

@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 import psycopg
+from psycopg.abc import Buffer
 from psycopg.rows import dict_row
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import Jsonb
@@ -25,12 +26,17 @@ from .errors import Fenced
 SCHEMA_LOCK = 0x1C0C7A11  # advisory lock key: one schema change at a time (migrations.LOCK)
 FOREVER = datetime.max.replace(tzinfo=timezone.utc)
 
+Row = dict[str, Any]
+"""A row as the runtime's connections return it (row_factory=dict_row): column name to value."""
+Conn = psycopg.Connection[Row]
+"""A connection made by `connect`: autocommit, rows as dicts."""
+
 
 class _InfinityTimestamptzLoader(TimestamptzLoader):
     """available_at is 'infinity' while a workflow waits with no timeout; psycopg has no
     infinite datetime, so it loads as datetime.max (docs/design.md#refinements)."""
 
-    def load(self, data: bytes) -> datetime:
+    def load(self, data: Buffer) -> datetime:
         if bytes(data) == b"infinity":
             return FOREVER
         return super().load(data)
@@ -40,7 +46,8 @@ psycopg.adapters.register_loader("timestamptz", _InfinityTimestamptzLoader)
 
 
 def _sql_text(name: str) -> str:
-    return resources.files(__package__).joinpath("sql", name).read_text()
+    # one name per joinpath: Traversable.joinpath takes one argument on Python 3.10
+    return resources.files(__package__).joinpath("sql").joinpath(name).read_text()
 
 
 @cache
@@ -58,13 +65,22 @@ def query(name: str) -> str:
         raise KeyError(f"no query named {name!r} in sql/queries.sql") from None
 
 
-def connect(dsn: str, **kwargs: Any) -> psycopg.Connection:
+def connect(dsn: str, **kwargs: Any) -> Conn:
     """An autocommit connection returning rows as dicts."""
     return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10, **kwargs)
 
 
+def one(cursor: psycopg.Cursor[Row]) -> Row:
+    """The row of a statement that always returns one (a count, `returning` of an upsert, a row
+    the caller has locked); a clear error, not a TypeError on None, if it returned none."""
+    row = cursor.fetchone()
+    if row is None:
+        raise LookupError("the statement returned no row where one was expected")
+    return row
+
+
 @contextmanager
-def fenced(conn: psycopg.Connection, wf: str, epoch: int, ttl: float) -> Iterator[dict]:
+def fenced(conn: Conn, wf: str, epoch: int, ttl: float) -> Iterator[Row]:
     """One fenced worker write (docs/design.md#fence): the fence UPDATE first, then the caller's statements.
 
     Zero rows means the claim is gone: the transaction rolls back and Fenced is raised.
@@ -77,14 +93,14 @@ def fenced(conn: psycopg.Connection, wf: str, epoch: int, ttl: float) -> Iterato
         yield row
 
 
-def as_stored(conn: psycopg.Connection, value: Any) -> Any:
+def as_stored(conn: Conn, value: Any) -> Any:
     """The value as a jsonb column will give it back: jsonb reorders object keys (shortest
     first) and prints numbers without exponents (1e16 comes back as an int). Values where
     neither can happen are returned as they are; the rest make one round trip, no transaction.
     """
     if _stable(value):
         return value
-    return conn.execute(query("as_stored"), {"value": Jsonb(value)}).fetchone()["value"]
+    return one(conn.execute(query("as_stored"), {"value": Jsonb(value)}))["value"]
 
 
 def _stable(value: Any) -> bool:
@@ -97,8 +113,9 @@ def _stable(value: Any) -> bool:
     return False  # floats, and anything else
 
 
-def db_now(conn: psycopg.Connection) -> datetime:
-    return conn.execute(query("db_now")).fetchone()["now"]
+def db_now(conn: Conn) -> datetime:
+    now: datetime = one(conn.execute(query("db_now")))["now"]
+    return now
 
 
 def jsonb(value: Any) -> Jsonb:
@@ -140,7 +157,7 @@ def json_value(value: Any, what: str) -> Any:
 ROLES = ("worker", "operator", "auditor")
 
 
-def apply_roles(conn: psycopg.Connection, logins: dict[str, str] | None = None) -> None:
+def apply_roles(conn: Conn, logins: dict[str, str] | None = None) -> None:
     """Create the ilr_worker/ilr_operator/ilr_auditor roles and their grants (sql/roles.sql),
     and optionally login users, each a member of one role: {"alice": "operator"}."""
     from psycopg import sql

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
 from . import authority, db
 
 
-def grant_snapshot(grant: dict | None, grant_id: str) -> dict:
+def grant_snapshot(grant: db.Row | None, grant_id: str) -> dict[str, Any]:
     """The grant as the receipt records it (the keys verify() reads)."""
     if grant is None:
         return {"grant_id": grant_id, "principal": None, "action": None, "constraints": None,
@@ -26,22 +25,24 @@ def grant_snapshot(grant: dict | None, grant_id: str) -> dict:
     }  # fmt: skip
 
 
-def grant_checks(grant: dict | None, grant_id: str, action: str, payload: Any, ph: str) -> dict:
+def grant_checks(
+    grant: db.Row | None, grant_id: str, action: str, payload: Any, ph: str
+) -> dict[str, Any]:
     """The authority check of a send, as the journal records it: lease_live (the grant covers
     this send now), the grant's snapshot, and the reasons when it does not."""
     reasons = authority.refusal_reasons(grant, grant_id, action, payload, ph)
-    out = {"lease_live": not reasons, "lease": grant_snapshot(grant, grant_id)}
+    out: dict[str, Any] = {"lease_live": not reasons, "lease": grant_snapshot(grant, grant_id)}
     if reasons:
         out["refusals"] = reasons
     return out
 
 
-def local_violations(conn: psycopg.Connection, local_premises: Any, eid: str) -> list[str]:
+def local_violations(conn: db.Conn, local_premises: Any, eid: str) -> list[str]:
     """Each local premise is (registered SQL function, args); it returns violation strings."""
     out: list[str] = []
     for fn, args in local_premises:
         ident = sql.Identifier(*fn.split("."))
         stmt = sql.SQL("select {}(%s, %s) as v").format(ident)
-        value = conn.execute(stmt, (db.jsonb(args), eid)).fetchone()["v"]
+        value = db.one(conn.execute(stmt, (db.jsonb(args), eid)))["v"]
         out.extend(str(v) for v in (value or []))
     return out

@@ -3,8 +3,6 @@ it for breaker_cooldown seconds; T_dispatch refuses while it is open (REFUSED:ci
 
 from __future__ import annotations
 
-import psycopg
-
 from . import db
 from .effect_spec import TargetSpec
 
@@ -12,12 +10,12 @@ from .effect_spec import TargetSpec
 class Breaker:
     """One call's view of its target's breaker (none when breaker_threshold is None)."""
 
-    def __init__(self, conn: psycopg.Connection, spec: TargetSpec):
+    def __init__(self, conn: db.Conn, spec: TargetSpec):
         self.conn, self.spec = conn, spec
         # Unknown until state() reads the row: a success then writes, to be sure it is closed.
         self.dirty = True
 
-    def state(self) -> dict | None:
+    def state(self) -> db.Row | None:
         """The breaker's row (open, consecutive_failures, threshold, opened_at), or None."""
         if self.spec.breaker_threshold is None:
             return None

@@ -10,8 +10,6 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any, NoReturn
 
-import psycopg
-
 from . import db, journal
 from .effect_breaker import Breaker
 from .effect_results import EffectResult
@@ -20,7 +18,7 @@ from .errors import Fenced, Suspend
 from .run_port import RunPort
 
 
-def journal_entries(conn: psycopg.Connection, eid: str) -> list[dict]:
+def journal_entries(conn: db.Conn, eid: str) -> list[dict[str, Any]]:
     """The effect's sealed entries, in chain order."""
     return [json.loads(r["body"]) for r in conn.execute(db.query("journal_entries"), {"eid": eid})]
 
@@ -28,11 +26,11 @@ def journal_entries(conn: psycopg.Connection, eid: str) -> list[dict]:
 class Chain:
     """Appends sealed entries to one effect's chain inside an open transaction."""
 
-    def __init__(self, conn: psycopg.Connection, eid: str, entries: list[dict], ts: float):
+    def __init__(self, conn: db.Conn, eid: str, entries: list[dict[str, Any]], ts: float):
         self.conn, self.eid, self.ts = conn, eid, ts
         self.prev = entries[-1]["hash"] if entries else None
 
-    def append(self, kind: str, **fields: Any) -> dict:
+    def append(self, kind: str, **fields: Any) -> dict[str, Any]:
         sealed = journal.seal({"ts": self.ts, "kind": kind, "effect_id": self.eid, **fields},
                               self.prev)  # fmt: skip
         self.conn.execute(db.query("append_entry"), {"eid": self.eid, "kind": kind,
@@ -70,9 +68,9 @@ class EffectCall:
 
     # -- the effects row and its chain --------------------------------------------------------
 
-    def lock_effect(self) -> dict:
+    def lock_effect(self) -> db.Row:
         """The effects row, locked FOR UPDATE until the transaction ends."""
-        return self.conn.execute(db.query("lock_effect"), {"eid": self.eid}).fetchone()
+        return db.one(self.conn.execute(db.query("lock_effect"), {"eid": self.eid}))
 
     def set_state(self, state: str) -> None:
         self.conn.execute(db.query("set_effect_state"), {"eid": self.eid, "state": state})
@@ -81,7 +79,7 @@ class EffectCall:
         """The effect's chain as stored now, to append entries stamped `ts`."""
         return Chain(self.conn, self.eid, journal_entries(self.conn, self.eid), ts)
 
-    def dispatched_by_me(self, eff: dict) -> bool:
+    def dispatched_by_me(self, eff: db.Row) -> bool:
         return (eff["dispatch_workflow_id"], eff["dispatch_epoch"]) == (self.port.workflow_id,
                                                                         self.port.epoch)  # fmt: skip
 
@@ -96,7 +94,7 @@ class EffectCall:
                                   fingerprint=self.fingerprint)  # fmt: skip
         return res
 
-    def resolved_elsewhere_in_txn(self, eff: dict) -> EffectResult:
+    def resolved_elsewhere_in_txn(self, eff: db.Row) -> EffectResult:
         """Inside a fenced transaction: the open send was resolved by another claim."""
         status = {"committed": "DUPLICATE_IGNORED", "ambiguous": "AMBIGUOUS"}.get(eff["state"])
         if status is None:

@@ -57,7 +57,7 @@ def send_and_commit(call: EffectCall, t0: float, via: str | None,
     return outcome
 
 
-def _t_commit(call: EffectCall, status: str, fields: dict) -> EffectResult:
+def _t_commit(call: EffectCall, status: str, fields: dict[str, Any]) -> EffectResult:
     """COMMITTED and the step row in one fenced transaction; on a lost fence, the late
     result path keeps the response."""
     try:
@@ -85,7 +85,7 @@ def _record_resolved_elsewhere(call: EffectCall) -> EffectResult:
         return call.record(status)
 
 
-def _late_result(call: EffectCall, result: Any, fields: dict | None = None) -> None:
+def _late_result(call: EffectCall, result: Any, fields: dict[str, Any] | None = None) -> None:
     """docs/design.md#gated-effects (f): unfenced, locks only the effect row. A response that arrives after
     the claim was lost is never dropped (LateResultPreserved). A commit here keeps the
     resend's `via` and `rechecked`, so the journal still shows the send was a resend."""
@@ -150,7 +150,7 @@ def _settle_audit(call: EffectCall) -> None:
     broken, and the journal says so, so that the receipt never claims "once" against the
     ledger. It sees what has landed by then; a send that lands even later is not seen."""
     try:
-        eff = call.conn.execute(db.query("get_effect"), {"eid": call.eid}).fetchone()
+        eff = db.one(call.conn.execute(db.query("get_effect"), {"eid": call.eid}))
         wait = (eff["send_deadline"] + eff["settle_margin"] - eff["now"]).total_seconds()
         time.sleep(max(0.0, wait))
         found = call.target.query(call.eid, call.payload)

@@ -79,7 +79,7 @@ def _t_dispatch(call: EffectCall, decided_on: Any, violations: list[str]) -> Eff
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _authorize(call: EffectCall, fence: dict, chain: Chain, decided_on: Any,
+def _authorize(call: EffectCall, fence: db.Row, chain: Chain, decided_on: Any,
                violations: list[str]) -> EffectResult | None:  # fmt: skip
     """Steps 6-12 of T_dispatch, inside its transaction."""
     port, conn = call.port, call.conn

@@ -16,7 +16,7 @@ from .effect_postconditions import post_holds
 from .effect_results import EffectResult
 
 
-def recover(call: EffectCall, eff: dict) -> EffectResult | None:
+def recover(call: EffectCall, eff: db.Row) -> EffectResult | None:
     """Resolve the open send of `eff` (the effects row, with the database's `now`). None when
     this caller must go round again: somebody moved first, or the caller offered another
     payload (B13) and is refused on the next round."""
@@ -48,7 +48,7 @@ def recover(call: EffectCall, eff: dict) -> EffectResult | None:
     return _t_resolve(call, eff, tier, violations, found, t0, post)
 
 
-def _t_resolve(call: EffectCall, read: dict, tier: int, violations: list[str], found: Any,
+def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str], found: Any,
                t0: float, post: tuple[bool | None, str] = (None, "")) -> EffectResult | None:  # fmt: skip
     """T_resolve, fenced: the recovery table of docs/design.md#gated-effects (d)."""
     port, conn = call.port, call.conn
@@ -128,7 +128,9 @@ def _t_resolve(call: EffectCall, read: dict, tier: int, violations: list[str], f
     return send_and_commit(call, t0, via=resend_via, rechecked=rechecked)
 
 
-def _resend_recorded(call: EffectCall, read: dict, t0: float, via: str, rechecked: dict) -> None:
+def _resend_recorded(
+    call: EffectCall, read: db.Row, t0: float, via: str, rechecked: dict[str, Any]
+) -> None:
     """B13: a caller with another payload first settles the recorded send (with the
     recorded payload), without taking its status: no step row is written."""
     offered, call.payload, call.records_step = call.payload, read["payload"], False

@@ -132,7 +132,7 @@ def _run(call: EffectCall) -> EffectResult:
         # go round again and be refused as conflicting_payload.
 
 
-def resolve_orphan(port: RunPort, target: Any, effect_row: dict) -> EffectResult | None:
+def resolve_orphan(port: RunPort, target: Any, effect_row: db.Row) -> EffectResult | None:
     """rt.recover_orphans: run the recovery path for an effect whose workflow will never run
     again, under a synthetic claim; writes the journal and the effects row only."""
     spec = check_target(target)

@@ -57,7 +57,7 @@ class CodeChanged(InterlockError):
 class StepFailed(InterlockError):
     """A step's body raised and will not be retried; the error is recorded."""
 
-    def __init__(self, name: str, error: dict):
+    def __init__(self, name: str, error: dict[str, Any]):
         self.name, self.error = name, error
         super().__init__(f"step {name!r} failed: {error.get('type')}: {error.get('message')}")
 
@@ -94,7 +94,7 @@ class Release(BaseException):
 class NonDeterminism(BaseException):
     """Replay found a different call at a recorded seq; nothing runs, the workflow is stuck."""
 
-    def __init__(self, seq: int, recorded: dict, called: dict):
+    def __init__(self, seq: int, recorded: dict[str, Any], called: dict[str, Any]):
         self.seq, self.recorded, self.called = seq, recorded, called
         super().__init__(f"non-determinism at seq {seq}: recorded {recorded}, called {called}")
 

@@ -184,7 +184,7 @@ def seal(entry: Mapping[str, Any], prev_hash: str | None) -> dict[str, Any]:
         raise ValueError(f"prev_hash must be None or a sha256 hex digest, got {prev_hash!r}")
     body = dict(entry)
     body["prev"] = prev_hash
-    plain = json.loads(canonical(body))
+    plain: dict[str, Any] = json.loads(canonical(body))
     plain["hash"] = entry_hash(plain)
     return plain
 
@@ -205,7 +205,7 @@ def body_text(sealed: Mapping[str, Any]) -> str:
     return canonical(dict(sealed))
 
 
-def parse_body(text: str) -> dict[str, Any]:
+def parse_body(text: str | bytes | bytearray) -> dict[str, Any]:
     """The entry stored in an ilr.journal.body (the inverse of body_text)."""
     entry = json.loads(text)
     if not isinstance(entry, dict):

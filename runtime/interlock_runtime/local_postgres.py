@@ -23,6 +23,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 PORT = int(os.environ.get("ILR_PG_PORT", "55432"))
 DATABASE = "ilr"
@@ -149,7 +150,7 @@ def layout() -> Layout:
     return Layout(str(data_dir), str(bin_dir), PORT, user, fallback)
 
 
-def _run(lay: Layout, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
+def _run(lay: Layout, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
     cmd = [str(Path(lay.bin_dir) / args[0]), *args[1:]]
     if lay.run_as:
         cmd = ["runuser", "-u", lay.run_as, "--", *cmd]
@@ -307,7 +308,7 @@ def reset() -> str:
     return start()
 
 
-def status() -> dict:
+def status() -> dict[str, Any]:
     if external_dsn():
         return {"mode": "external", "dsn": external_dsn()}
     lay = layout()

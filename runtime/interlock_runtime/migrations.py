@@ -23,8 +23,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import psycopg
-
+from .db import Conn, Row, one
 from .errors import SchemaMismatch
 
 LOCK = 0x1C0C7A11  # advisory lock key: one schema change at a time (the same as db.SCHEMA_LOCK)
@@ -77,19 +76,21 @@ def load(folder: Any) -> tuple[Migration, ...]:
 @cache
 def available() -> tuple[Migration, ...]:
     """This runtime's migrations (sql/migrations), in order."""
-    return load(resources.files(__package__).joinpath("sql", "migrations"))
+    return load(resources.files(__package__).joinpath("sql").joinpath("migrations"))
 
 
 def latest() -> int:
     return available()[-1].version
 
 
-def applied(conn: psycopg.Connection) -> list[dict] | None:
+def applied(conn: Conn) -> list[Row] | None:
     """The recorded history (version, name, sha256, applied_at), oldest first; None when the
     database has no Interlock schema at all; [] for a database made before migrations."""
-    have = conn.execute(
-        "select to_regclass('ilr.schema_version') as v, to_regclass('ilr.workflows') as w"
-    ).fetchone()
+    have = one(
+        conn.execute(
+            "select to_regclass('ilr.schema_version') as v, to_regclass('ilr.workflows') as w"
+        )
+    )
     if have["v"] is None:
         return None if have["w"] is None else []
     return conn.execute(
@@ -97,10 +98,10 @@ def applied(conn: psycopg.Connection) -> list[dict] | None:
     ).fetchall()
 
 
-def _adopt_pre_migration(conn: psycopg.Connection, mine: tuple[Migration, ...]) -> bool:
+def _adopt_pre_migration(conn: Conn, mine: tuple[Migration, ...]) -> bool:
     """Record a database made by the last release before migrations as version 1. Call under
     the lock. False if its schema is some older one (it needs `interlock db upgrade`)."""
-    if conn.execute("select to_regclass('ilr.schema_meta') as t").fetchone()["t"] is None:
+    if one(conn.execute("select to_regclass('ilr.schema_meta') as t"))["t"] is None:
         return False
     row = conn.execute("select sha256 from ilr.schema_meta where id = 1").fetchone()
     if not row or row["sha256"] != PRE_MIGRATION_SHA:
@@ -114,7 +115,7 @@ def _adopt_pre_migration(conn: psycopg.Connection, mine: tuple[Migration, ...]) 
     return True
 
 
-def _check_history(history: list[dict], migrations: tuple[Migration, ...]) -> None:
+def _check_history(history: list[Row], migrations: tuple[Migration, ...]) -> None:
     mine = {m.version: m for m in migrations}
     for row in history:
         m = mine.get(row["version"])
@@ -132,9 +133,7 @@ def _check_history(history: list[dict], migrations: tuple[Migration, ...]) -> No
             )
 
 
-def ensure(
-    conn: psycopg.Connection, create: bool = True, mine: tuple[Migration, ...] | None = None
-) -> None:
+def ensure(conn: Conn, create: bool = True, mine: tuple[Migration, ...] | None = None) -> None:
     """Make sure the database's schema is exactly this runtime's; raise SchemaMismatch saying
     what to run if not. An empty database gets every migration when `create` is true. `mine`
     replaces the runtime's own migrations (tests)."""
@@ -168,7 +167,7 @@ def ensure(
         )
 
 
-def upgrade(conn: psycopg.Connection, mine: tuple[Migration, ...] | None = None) -> list[Migration]:
+def upgrade(conn: Conn, mine: tuple[Migration, ...] | None = None) -> list[Migration]:
     """Apply every pending migration in one transaction; return those applied (none: already
     current). Safe to run concurrently and again. `mine` as in ensure."""
     mine = mine or available()

@@ -26,6 +26,7 @@ class _Unreadable(Exception):
 def _read_key(args: argparse.Namespace) -> bytes | None:
     if args.no_key:
         return None
+    raw: bytes
     if args.key is not None:
         raw = args.key.encode("utf-8")
         where = "--key"

@@ -203,7 +203,7 @@ def verify(bundle: Any, key: bytes | None = None) -> dict[str, Any]:
     }
 
 
-def _verified(entries: list) -> bool | None:
+def _verified(entries: list[Any]) -> bool | None:
     commits = [e for e in entries if isinstance(e, Mapping) and e.get("kind") == "COMMITTED"]
     if not any("verified" in e for e in commits):
         return None

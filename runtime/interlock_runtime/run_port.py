@@ -15,14 +15,14 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, NoReturn, Protocol
 
-import psycopg
+from .db import Conn, Row
 
 
 class RunPort(Protocol):
     """What the gate, the worker and orphan recovery may use of one claimed run."""
 
     @property
-    def conn(self) -> psycopg.Connection:
+    def conn(self) -> Conn:
         """The run's connection: every read and write of the run goes through it."""
 
     @property
@@ -47,7 +47,7 @@ class RunPort(Protocol):
 
     def next_call(
         self, kind: str, name: str, fingerprint: str | None = None
-    ) -> tuple[int, dict | None]:
+    ) -> tuple[int, Row | None]:
         """Take the next seq of the replay: (seq, its recorded row checked against this call)
         or (seq, None) at the frontier. A mismatch raises NonDeterminism."""
 
@@ -55,7 +55,7 @@ class RunPort(Protocol):
         """Before a call runs for real: the claim must still be ours (else Fenced or
         Release), a deferred step record is committed, and a pending cancel is delivered."""
 
-    def fenced_write(self) -> AbstractContextManager[dict]:
+    def fenced_write(self) -> AbstractContextManager[Row]:
         """A fenced transaction on conn that renews the claim when it commits; yields the
         fence row (cancel_requested_at, now, lease_expires_at). A lost claim raises Fenced."""
 

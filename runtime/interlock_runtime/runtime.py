@@ -5,6 +5,7 @@ Runtime(dsn) applies the schema. Every method validates its input before it writ
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import re
@@ -64,7 +65,7 @@ class Runtime:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _execute(self, sql: str, params: dict | None = None) -> psycopg.Cursor:
+    def _execute(self, sql: str, params: dict[str, Any] | None = None) -> psycopg.Cursor[db.Row]:
         with self._lock:
             if self._conn.closed or self._conn.broken:  # e.g. after a server restart
                 self._conn = db.connect(self.dsn)
@@ -81,7 +82,7 @@ class Runtime:
                 register_deployment(self._conn, wf, allow_code_change)
         return defs
 
-    def deployments(self) -> list[dict]:
+    def deployments(self) -> list[db.Row]:
         return self._execute(db.query("list_deployments")).fetchall()
 
     # -- workflows --------------------------------------------------------------------------
@@ -115,7 +116,7 @@ class Runtime:
             if inserted:
                 self._conn.execute(db.query("notify_ready"), {"id": wf_id})
                 return wf_id
-            existing = self._conn.execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
+            existing = db.one(self._conn.execute(db.query("get_workflow"), {"id": wf_id}))
         same = (existing["name"], existing["version"]) == (name, version)
         if same and db.to_json_text(existing["input"], "input") == text:
             return wf_id
@@ -132,7 +133,8 @@ class Runtime:
         else:
             row = self._execute(db.query("newest_version"), {"name": name}).fetchone()
             if row:
-                return row["version"]
+                newest: str = row["version"]
+                return newest
         registered = sorted(f"{d['name']}@{d['version']}" for d in self.deployments())
         wanted = f"{name}@{version}" if version else name
         raise UnknownWorkflow(
@@ -141,7 +143,7 @@ class Runtime:
             "rt.register(fn) with the decorated function."
         )
 
-    def describe(self, wf_id: str) -> dict:
+    def describe(self, wf_id: str) -> db.Row:
         """The workflow row, its steps and its claim history. Read only; runs no code."""
         row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
         if row is None:
@@ -151,11 +153,11 @@ class Runtime:
         row["effects"] = self.effects(wf_id)
         return row
 
-    def claim_history(self, wf_id: str) -> list[dict]:
+    def claim_history(self, wf_id: str) -> list[db.Row]:
         return self._execute(db.query("claim_history"), {"wf": wf_id}).fetchall()
 
     def list(self, status: str | None = None, name: str | None = None,
-             version: str | None = None, limit: int = 1000) -> list[dict]:  # fmt: skip
+             version: str | None = None, limit: int = 1000) -> list[db.Row]:  # fmt: skip
         params = {"status": status, "name": name, "version": version, "limit": limit}
         return self._execute(db.query("list_workflows"), params).fetchall()
 
@@ -214,7 +216,7 @@ class Runtime:
                 "workflows can migrate (wait until it suspends)"
             )
 
-    def drain_report(self) -> list[dict]:
+    def drain_report(self) -> builtins.list[db.Row]:
         """Workflows counted by name, version and status: what a version still has to drain."""
         return self._execute(db.query("drain_report")).fetchall()
 
@@ -286,13 +288,13 @@ class Runtime:
             signal_in(self._conn, wf_id, "approve", {"grant_id": gid, **body}, sender=by)
         return gid
 
-    def revoke(self, grant_id: str, by: str | None = None) -> list[str]:
+    def revoke(self, grant_id: str, by: str | None = None) -> builtins.list[str]:
         """Revoke a grant. Returns exactly the effects that may still land: those dispatched
         under it before the revoke committed. No later dispatch or resend can use it."""
         with self._lock, self._conn.transaction():
             return revoke_in(self._conn, grant_id, by)
 
-    def ambiguous(self) -> list[dict]:
+    def ambiguous(self) -> builtins.list[db.Row]:
         """Effects whose outcome cannot be known from the target: a human must reconcile."""
         return self._execute(db.query("ambiguous_effects")).fetchall()
 
@@ -303,23 +305,23 @@ class Runtime:
         value = {
             "evidence": evidence,
             "by": by,
-            "at": self._execute(db.query("db_now")).fetchone()["now"].isoformat(),
+            "at": db.one(self._execute(db.query("db_now")))["now"].isoformat(),
         }
         if self._execute(db.query("reconcile_effect"),
                          {"eid": effect_id, "reconciled": db.jsonb(value)}).fetchone() is None:  # fmt: skip
             raise WorkflowConflict(f"effect {effect_id!r} is not AMBIGUOUS (or does not exist)")
 
-    def receipt(self, effect_id: str, key: bytes | None = None) -> dict:
+    def receipt(self, effect_id: str, key: bytes | None = None) -> dict[str, Any]:
         """The effect's journal as a verifiable bundle (HMAC-signed when a key is given)."""
         entries = [json.loads(r["body"]) for r in
                    self._execute(db.query("journal_entries"), {"eid": effect_id})]  # fmt: skip
         if not entries:
             raise WorkflowNotFound(f"no journal for effect {effect_id!r}")
-        eff = self._execute(db.query("get_effect"), {"eid": effect_id}).fetchone()
+        eff = db.one(self._execute(db.query("get_effect"), {"eid": effect_id}))
         return receipts.bundle(entries, effect_id, key, late_result=eff["late_result"],
                                reconciled=eff["reconciled"])  # fmt: skip
 
-    def breakers(self) -> list[dict]:
+    def breakers(self) -> builtins.list[db.Row]:
         """Every target's circuit breaker: consecutive failures, whether it is open."""
         return self._execute(db.query("breakers")).fetchall()
 
@@ -329,17 +331,19 @@ class Runtime:
             known = ", ".join(b["target"] for b in self.breakers()) or "none"
             raise WorkflowNotFound(f"no circuit breaker for target {target!r}; known: {known}")
 
-    def effects(self, wf_id: str) -> list[dict]:
+    def effects(self, wf_id: str) -> builtins.list[db.Row]:
         return self._execute(db.query("effects_of_workflow"), {"wf": wf_id}).fetchall()
 
-    def recover_orphans(self, targets: dict[str, Any], lease_ttl: float = 30.0) -> list[dict]:
+    def recover_orphans(
+        self, targets: dict[str, Any], lease_ttl: float = 30.0
+    ) -> builtins.list[db.Row]:
         """Resolve effects left dispatched by stuck, failed or cancelled workflows, under a
         synthetic claim (owner $recovery); journal and effects rows only, then the workflow's
         previous status is restored. `targets` maps target names to target objects."""
         from .context import Run, WorkflowContext, port_of
         from .effects import resolve_orphan
 
-        done = []
+        done: builtins.list[db.Row] = []
         for orphan in self._execute(db.query("orphaned_effects")).fetchall():
             target = targets.get(orphan["target"])
             if target is None:
@@ -355,9 +359,7 @@ class Runtime:
                           claim["epoch"], None, 0, None, lease_ttl, time.monotonic() + lease_ttl)  # fmt: skip
                 ctx = WorkflowContext(run, conn, [], "$recovery")
                 try:
-                    eff = conn.execute(
-                        db.query("get_effect"), {"eid": orphan["effect_id"]}
-                    ).fetchone()
+                    eff = db.one(conn.execute(db.query("get_effect"), {"eid": orphan["effect_id"]}))
                     outcome = resolve_orphan(port_of(ctx), target, eff)
                     status = outcome.status if outcome else "retry later"
                 except Suspend:
@@ -369,7 +371,7 @@ class Runtime:
         return done
 
 
-def revoke_in(conn: psycopg.Connection, grant_id: str, by: str | None = None) -> list[str]:
+def revoke_in(conn: db.Conn, grant_id: str, by: str | None = None) -> list[str]:
     """The body of rt.revoke inside the caller's transaction (race tests hold it open)."""
     if conn.execute(db.query("revoke_grant"), {"grant": grant_id, "by": by}).fetchone() is None:
         raise WorkflowNotFound(f"no grant with id {grant_id!r}; nothing was revoked")
@@ -377,7 +379,7 @@ def revoke_in(conn: psycopg.Connection, grant_id: str, by: str | None = None) ->
     return [r["effect_id"] for r in rows]
 
 
-def _lock_live(conn: psycopg.Connection, wf_id: str, what: str) -> dict:
+def _lock_live(conn: db.Conn, wf_id: str, what: str) -> db.Row:
     row = conn.execute(db.query("lock_workflow"), {"id": wf_id}).fetchone()
     if row is None:
         raise WorkflowNotFound(f"no workflow with id {wf_id!r}; nothing was {what}")
@@ -386,18 +388,18 @@ def _lock_live(conn: psycopg.Connection, wf_id: str, what: str) -> dict:
     return row
 
 
-def signal_in(conn: psycopg.Connection, wf_id: str, name: str, payload: Any,
+def signal_in(conn: db.Conn, wf_id: str, name: str, payload: Any,
               sender: str | None = None) -> int:  # fmt: skip
     """The body of rt.signal, run inside the caller's transaction (race tests hold it open)."""
     _lock_live(conn, wf_id, "signalled")
     params = {"wf": wf_id, "name": name, "payload": db.jsonb(payload), "sender": sender}
-    signal_id = conn.execute(db.query("insert_signal"), params).fetchone()["id"]
+    signal_id: int = db.one(conn.execute(db.query("insert_signal"), params))["id"]
     conn.execute(db.query("wake"), {"id": wf_id})
     conn.execute(db.query("notify_ready"), {"id": wf_id})
     return signal_id
 
 
-def cancel_in(conn: psycopg.Connection, wf_id: str, by: str | None = None) -> None:
+def cancel_in(conn: db.Conn, wf_id: str, by: str | None = None) -> None:
     """The body of rt.cancel, run inside the caller's transaction."""
     _lock_live(conn, wf_id, "cancelled")
     conn.execute(db.query("request_cancel"), {"id": wf_id, "by": by})
@@ -428,11 +430,11 @@ def _expires_in(seconds: Any) -> float | None:
     return float(seconds)
 
 
-def register_deployment(conn: psycopg.Connection, wf: WorkflowDef, allow_code_change: bool) -> None:
+def register_deployment(conn: db.Conn, wf: WorkflowDef, allow_code_change: bool) -> None:
     """Upsert (name, version, code_sha256) inside the caller's transaction (docs/design.md#durable-replay)."""
     params = {"name": wf.name, "version": wf.version, "sha": wf.code_sha256}
     conn.execute(db.query("register_deployment"), params)
-    row = conn.execute(db.query("get_deployment"), params).fetchone()
+    row = db.one(conn.execute(db.query("get_deployment"), params))
     if row["code_sha256"] != wf.code_sha256:
         if not allow_code_change:
             raise CodeChanged(wf.name, wf.version, row["code_sha256"], wf.code_sha256)

@@ -16,12 +16,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import db, local_postgres, migrations
+
+T = TypeVar("T")
 
 
 def admin_dsn() -> str:
@@ -36,7 +38,7 @@ def admin_dsn() -> str:
 def with_dbname(dsn: str, name: str) -> str:
     params = conninfo_to_dict(dsn)
     params["dbname"] = name
-    return make_conninfo(**params)
+    return make_conninfo("", **params)
 
 
 @contextmanager
@@ -68,7 +70,7 @@ def fresh_database(admin: str, template: str) -> Iterator[str]:
             conn.execute(f'drop database if exists "{name}" with (force)')
 
 
-def wait_for(pred: Callable[[], object], timeout: float, what: str, every: float = 0.05):
+def wait_for(pred: Callable[[], T], timeout: float, what: str, every: float = 0.05) -> T:
     """Poll pred until it returns something truthy (returned), or fail naming `what`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -79,7 +81,7 @@ def wait_for(pred: Callable[[], object], timeout: float, what: str, every: float
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -108,10 +110,11 @@ class WorkerProcess:
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        pid: int = self.proc.pid
+        return pid
 
-    def events(self) -> list[dict]:
-        out = []
+    def events(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
         for line in self.events_path.read_text().splitlines():
             try:
                 out.append(json.loads(line))
@@ -119,7 +122,7 @@ class WorkerProcess:
                 out.append({"event": "raw", "line": line})
         return out
 
-    def wait_event(self, event: str, timeout: float = 30, **match: object) -> dict:
+    def wait_event(self, event: str, timeout: float = 30, **match: object) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for e in self.events():

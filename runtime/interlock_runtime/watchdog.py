@@ -17,12 +17,11 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
 
 from . import db, local_postgres
 
 
-def report(conn: Any, threshold: float) -> dict[str, list[dict]]:
+def report(conn: db.Conn, threshold: float) -> dict[str, list[db.Row]]:
     params = {"threshold": threshold}
     workflows = conn.execute(db.query("overdue_workflows"), params).fetchall()
     return {

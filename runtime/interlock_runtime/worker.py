@@ -49,7 +49,7 @@ class Backoff:
 
     def next(self) -> float:
         self.failures += 1
-        delay = min(self.cap, self.first * 2 ** (self.failures - 1))
+        delay: float = min(self.cap, self.first * 2 ** (self.failures - 1))
         return delay * (0.5 + random.random() / 2)
 
     def reset(self) -> None:
@@ -148,7 +148,7 @@ class Worker:
                 listener.close()
         emit("stopped", worker=self.worker_id)
 
-    def _claim_and_wait(self, listener: psycopg.Connection, pool: ThreadPoolExecutor) -> None:
+    def _claim_and_wait(self, listener: db.Conn, pool: ThreadPoolExecutor) -> None:
         free = self.concurrency - len(self._active)
         if free <= 0:
             self._slot_freed.wait(self.poll)
@@ -182,7 +182,7 @@ class Worker:
             return  # there may be more due work: claim again at once
         # Wait for a wakeup (start, signal, ...), the next timer or lease expiry, or the poll
         # interval, whichever comes first.
-        due = listener.execute(db.query("next_due"), self._pairs()).fetchone()["seconds"]
+        due = db.one(listener.execute(db.query("next_due"), self._pairs()))["seconds"]
         # A due row we could not claim (locked by another transaction) must not spin us.
         wait = self.poll if due is None else min(self.poll, max(due + 0.005, 0.05))
         for _ in listener.notifies(timeout=wait, stop_after=1):
@@ -191,7 +191,7 @@ class Worker:
     def _pairs(self) -> dict[str, list[str]]:
         return {"names": [n for n, _ in self.defs], "versions": [v for _, v in self.defs]}
 
-    def _claim(self, conn: psycopg.Connection, limit: int) -> list[dict]:
+    def _claim(self, conn: db.Conn, limit: int) -> list[db.Row]:
         params = {**self._pairs(), "limit": limit, "owner": self.worker_id, "ttl": self.lease_ttl}
         return conn.execute(db.query("claim"), params).fetchall()
 
@@ -237,7 +237,7 @@ class Worker:
 
     # -- execution ------------------------------------------------------------------------------
 
-    def _connection(self) -> psycopg.Connection:
+    def _connection(self) -> db.Conn:
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
             conn = self._local.conn = db.connect(self.dsn, options=self._session_options)
@@ -311,7 +311,7 @@ class Worker:
         self._finish(ctx, "completed", result=result)
         emit("completed", **ids)
 
-    def _swallowed(self, ctx: WorkflowContext, ids: dict) -> None:
+    def _swallowed(self, ctx: WorkflowContext, ids: dict[str, Any]) -> None:
         """Workflow code caught one of the runtime's unwinding exceptions and returned."""
         caught = ctx.unwinding
         error = {"type": "SuspendSwallowed" if isinstance(caught, Suspend) else "UnwindSwallowed",

@@ -9,9 +9,11 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -36,10 +38,10 @@ def module_sha256(fn: Callable[..., Any]) -> str:
     return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
 
 
-def workflow(name: str | None = None, version: str = "1") -> Callable[[Callable], Callable]:
+def workflow(name: str | None = None, version: str = "1") -> Callable[[F], F]:
     """Declare a durable workflow `fn(ctx, input)`; the function stays callable as before."""
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(fn: F) -> F:
         wf_name = name or fn.__name__
         for label, value in (("name", wf_name), ("version", version)):
             if not _NAME.match(value):
@@ -47,7 +49,7 @@ def workflow(name: str | None = None, version: str = "1") -> Callable[[Callable]
                     f"workflow {label} {value!r} must be 1-100 characters of letters, digits "
                     "and _ . : -"
                 )
-        fn.__interlock_workflow__ = WorkflowDef(wf_name, version, fn, module_sha256(fn))
+        cast(Any, fn).__interlock_workflow__ = WorkflowDef(wf_name, version, fn, module_sha256(fn))
         return fn
 
     return decorate
@@ -57,7 +59,7 @@ def definition(obj: Any) -> WorkflowDef:
     """The WorkflowDef of a decorated function (or a WorkflowDef itself)."""
     if isinstance(obj, WorkflowDef):
         return obj
-    found = getattr(obj, "__interlock_workflow__", None)
+    found: WorkflowDef | None = getattr(obj, "__interlock_workflow__", None)
     if found is None:
         raise TypeError(f"{obj!r} is not a workflow: decorate it with @workflow(name, version)")
     return found

@@ -11,7 +11,7 @@ import hmac
 import json
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -71,7 +71,7 @@ def _compact(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def receipt_checks(v: dict, key_given: bool) -> list[dict]:
+def receipt_checks(v: dict[str, Any], key_given: bool) -> list[dict[str, Any]]:
     """verify()'s answers as rows: ok, fail, unknown, or fact (a definite 'did not happen')."""
     rows = []
     for field, label in CHECKS:
@@ -93,12 +93,20 @@ def receipt_checks(v: dict, key_given: bool) -> list[dict]:
     return rows
 
 
+Session = dict[str, Any]
+"""One logged-in operator: who, csrf, flash."""
+Page = Callable[[Request], Awaitable[Response]]
+"""A GET endpoint."""
+Action = Callable[[Request, Any, Session], Awaitable[Response]]
+"""A POST action's handler: (request, form, session)."""
+
+
 class Sessions:
     """Logged-in operators: session id -> {who, csrf, flash}. In memory: a restart logs out."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_id: dict[str, dict] = {}
+        self._by_id: dict[str, Session] = {}
 
     def new(self, who: str) -> str:
         sid = secrets.token_urlsafe(32)
@@ -106,7 +114,7 @@ class Sessions:
             self._by_id[sid] = {"who": who, "csrf": secrets.token_urlsafe(32), "flash": None}
         return sid
 
-    def get(self, sid: str | None) -> dict | None:
+    def get(self, sid: str | None) -> Session | None:
         if not sid:
             return None
         with self._lock:
@@ -143,7 +151,7 @@ def create_app(dsn: str, token: str, receipt_key: bytes | None = None) -> Starle
     def message(request: Request, status: int, title: str, text: str) -> HTMLResponse:
         return page(request, "message.html", status=status, title=title, text=text)
 
-    def guarded(handler: Callable) -> Callable:
+    def guarded(handler: Page) -> Page:
         """GET pages: log in first; an unknown id is a 404 page."""
 
         async def endpoint(request: Request) -> Response:
@@ -156,7 +164,7 @@ def create_app(dsn: str, token: str, receipt_key: bytes | None = None) -> Starle
 
         return endpoint
 
-    def action(handler: Callable) -> Callable:
+    def action(handler: Action) -> Page:
         """POST actions: the session cookie and the session's CSRF field, or 403 and nothing
         done. The handler gets (request, form, who)."""
 
@@ -195,7 +203,7 @@ def create_app(dsn: str, token: str, receipt_key: bytes | None = None) -> Starle
         response.set_cookie(COOKIE, sessions.new(who), httponly=True, samesite="strict")
         return response
 
-    async def logout(request: Request, form: Any, session: dict) -> Response:
+    async def logout(request: Request, form: Any, session: Session) -> Response:
         sessions.drop(request.cookies.get(COOKIE))
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(COOKIE)
@@ -250,7 +258,7 @@ def create_app(dsn: str, token: str, receipt_key: bytes | None = None) -> Starle
 
     # -- actions -----------------------------------------------------------------------------
 
-    async def approve(request: Request, form: Any, session: dict) -> Response:
+    async def approve(request: Request, form: Any, session: Session) -> Response:
         wf_id = str(form.get("workflow_id") or "")
 
         def run() -> str | None:
@@ -270,18 +278,18 @@ def create_app(dsn: str, token: str, receipt_key: bytes | None = None) -> Starle
         session["flash"] = f"Approved {wf_id} as {session['who']}: grant {grant_id}"
         return RedirectResponse(f"/workflows/{quote(wf_id, safe='')}", status_code=303)
 
-    async def reject(request: Request, form: Any, session: dict) -> Response:
+    async def reject(request: Request, form: Any, session: Session) -> Response:
         wf_id = str(form.get("workflow_id") or "")
         await run_in_threadpool(store.rt.cancel, wf_id, session["who"])
         session["flash"] = f"Rejected {wf_id} as {session['who']}: cancel requested"
         return RedirectResponse(f"/workflows/{quote(wf_id, safe='')}", status_code=303)
 
-    async def revoke(request: Request, form: Any, session: dict) -> Response:
+    async def revoke(request: Request, form: Any, session: Session) -> Response:
         gid = str(form.get("grant_id") or "")
         still = await run_in_threadpool(store.rt.revoke, gid, session["who"])
         return page(request, "revoked.html", grant_id=gid, still=still, who=session["who"])
 
-    async def reconcile(request: Request, form: Any, session: dict) -> Response:
+    async def reconcile(request: Request, form: Any, session: Session) -> Response:
         eid = str(form.get("effect_id") or "")
         evidence = str(form.get("evidence") or "").strip()
         if not evidence:

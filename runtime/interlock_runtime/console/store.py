@@ -65,7 +65,7 @@ def fingerprint(wf_id: str, payload: Any, facts: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def proposal(wf: dict) -> dict:
+def proposal(wf: dict[str, Any]) -> dict[str, Any]:
     """What a waiting workflow proposes for approval (ctx.wait_approval's proposal, else the
     payload of its latest decision) and the facts of that decision, as `interlock approve`."""
     decision = approve_cli.decided(wf)
@@ -92,7 +92,7 @@ class Store:
         self.rt.close()
         self._conn.close()
 
-    def _rows(self, sql: str, params: dict | None = None) -> list[dict]:
+    def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[db.Row]:
         with self._lock:
             if self._conn.closed or self._conn.broken:  # e.g. after a server restart
                 self._conn = db.connect(self.dsn)
@@ -103,17 +103,18 @@ class Store:
                 raise
 
     def whoami(self) -> str:
-        return self._rows("select current_user as u")[0]["u"]
+        user: str = self._rows("select current_user as u")[0]["u"]
+        return user
 
-    def workflows(self, status: str | None, name: str | None, version: str | None) -> list[dict]:
+    def workflows(self, status: str | None, name: str | None, version: str | None) -> list[db.Row]:
         return self.rt.list(status=status, name=name, version=version, limit=500)
 
-    def workflow(self, wf_id: str) -> dict:
+    def workflow(self, wf_id: str) -> db.Row:
         wf = self.rt.describe(wf_id)
         wf["signals"] = self._rows(_SIGNALS, {"wf": wf_id})
         return wf
 
-    def inbox(self) -> list[dict]:
+    def inbox(self) -> list[dict[str, Any]]:
         out = []
         for row in self._rows(_INBOX):
             try:
@@ -123,13 +124,13 @@ class Store:
             out.append({"wf": wf, **proposal(wf)})
         return out
 
-    def effects(self) -> list[dict]:
+    def effects(self) -> list[db.Row]:
         return self._rows(_EFFECTS, {"limit": 500})
 
-    def ambiguous(self) -> list[dict]:
+    def ambiguous(self) -> list[db.Row]:
         return self.rt.ambiguous()
 
-    def effect(self, effect_id: str, key: bytes | None) -> dict:
+    def effect(self, effect_id: str, key: bytes | None) -> db.Row:
         rows = self._rows(db.query("get_effect"), {"eid": effect_id})
         if not rows:
             raise WorkflowNotFound(f"no effect with id {effect_id!r}")
@@ -142,10 +143,10 @@ class Store:
         eff["checklist_text"] = receipts.checklist(eff["verify"], effect_id) if journal else ""
         return eff
 
-    def grants(self) -> list[dict]:
+    def grants(self) -> list[db.Row]:
         return self._rows(_GRANTS, {"limit": 500})
 
-    def grant(self, grant_id: str) -> dict:
+    def grant(self, grant_id: str) -> db.Row:
         rows = self._rows(_GRANT, {"grant": grant_id})
         if not rows:
             raise WorkflowNotFound(f"no grant with id {grant_id!r}")
