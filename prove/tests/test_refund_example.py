@@ -5,6 +5,7 @@ authorized when fired, premises held."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,7 +32,10 @@ def test_refund_agent_example_end_to_end(dsn, tmp_path) -> None:
     assert "model decided: refund 2000 cents" in out and "EMULATED" in out
     assert "$ interlock approve refund-case-4471 --by alice" in out
     assert '"amount": 2000' in out  # what alice approved: the payload the workflow proposed
-    assert 'approved {"payment": "pay_881", "amount": 2000} for refund-case-4471 by alice' in out
+    approved = next(ln for ln in out.splitlines() if ln.startswith("approved {"))
+    assert approved.endswith("for refund-case-4471 by alice: grant " + approved.split()[-1])
+    assert json.loads(approved[len("approved ") : approved.index("} for ") + 1]) == {
+        "payment": "pay_881", "amount": 2000}  # fmt: skip
     assert "worker W1 died after the send (exit -9)" in out
     assert "the runtime's effect is still dispatched" in out
     assert "refund-case-4471: COMMITTED_BY_RETRY" in out
