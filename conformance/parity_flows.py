@@ -8,7 +8,7 @@ and the cells of one batch can run side by side.
 
 The flow is the refund case of docs/design.md#refund-case, shortened: decide (EMULATED model, premises captured
 from the target), wait for the `approve` signal (or use a standing policy grant), then the
-refund through the gate.
+refund through the gate: the shared refund body of world/refund_agent.py.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from interlock_runtime import workflow
+from world import refund_agent
 from world.target_client import LocalRefunds
 
 PAYMENT = "pay_881"
@@ -105,6 +106,7 @@ def case_input(cell: Cell, role: str, target_url: str, grant: str | None = None,
     case: dict[str, Any] = {
         "id": cell.id,
         "role": role,
+        "payment": PAYMENT,
         "target_url": target_url,
         "tier": cell.tier,
         "queryable": cell.queryable,
@@ -118,12 +120,8 @@ def case_input(cell: Cell, role: str, target_url: str, grant: str | None = None,
 
 
 def parity_target(case: dict) -> LocalRefunds:
-    target = LocalRefunds(case["target_url"], PAYMENT, case["tier"], send_timeout=SEND_TIMEOUT,
-                          settle_margin=SETTLE_MARGIN, queryable=case.get("queryable"),
-                          dedup_window=case.get("dedup_window", float("inf")))  # fmt: skip
-    if "dedup_margin" in case:
-        target.dedup_margin = case["dedup_margin"]  # read by the runtime with getattr (C2)
-    return target
+    """The cell's target; the key-expiry cells' dedup window and margin come from the case."""
+    return refund_agent.refund_target(case, send_timeout=SEND_TIMEOUT, settle_margin=SETTLE_MARGIN)
 
 
 def stub_model(request: dict) -> dict:
@@ -132,19 +130,12 @@ def stub_model(request: dict) -> dict:
 
 
 def refund_flow(ctx, case: dict) -> dict:
-    """Decide, get authority (an approval, or the standing grant in the input), refund."""
-    target = parity_target(case)
+    """Decide, get authority (an approval, or the standing grant in the input), refund: the
+    shared refund body (world/refund_agent.py); the role is part of the decide request."""
     request = {"case": case["id"], "role": case["role"], "amount": case["amount"]}
-    decision = ctx.decide("pick_amount", stub_model, request, premises=target.capture)
-    if case.get("grant"):
-        grant = case["grant"]
-        payload = {"payment": PAYMENT, "amount": case["amount"]}
-        facts = decision.premises
-    else:
-        approval = ctx.wait_signal("approve")
-        grant, payload, facts = approval["grant_id"], approval["payload"], approval["facts_seen"]
-    r = ctx.effect(target, key=f"refund:{case['id']}", payload=payload, premises=facts,
-                   grant=grant, decision=decision.ref)  # fmt: skip
+    _, r = refund_agent.run_refund(ctx, case, target=parity_target(case), decide=stub_model,
+                                   request=request,
+                                   authority="grant" if case.get("grant") else "approval")  # fmt: skip
     return {"status": r.status, "effect_id": r.effect_id, "result": r.result}
 
 

@@ -46,6 +46,7 @@ from typing import Any
 
 from interlock_runtime import workflow
 from interlock_runtime.vocabulary import TERMINAL_STATUSES
+from world import refund_agent
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / "results" / "tlc_traces"
@@ -65,21 +66,17 @@ class UnknownAction(Exception):
 @workflow(name="replay_refund", version="1")
 def replay_refund(ctx, case):
     """The model's workflow: one plain step, then one gated effect under a policy grant of
-    max 2000 cents (the model's Payload0; a redecided 3000 is not covered)."""
-    from world.target_client import LocalRefunds
+    max 2000 cents (the model's Payload0; a redecided 3000 is not covered). The shared refund
+    body (world/refund_agent.py) with no decision and the model's constant premises."""
+    case = {**case, "payment": PAYMENT}
 
-    target = LocalRefunds(case["target_url"], PAYMENT, case["tier"],
-                          send_timeout=case["send_timeout"], settle_margin=case["settle_margin"],
-                          queryable=case["queryable"], dedup_window=case["dedup_window"])  # fmt: skip
-    target.dedup_margin = case[
-        "dedup_margin"
-    ]  # the runtime reads it (C2 check, docs/design.md#gated-effects)
-    ctx.step("capture", target.capture)
-    # Not a step on purpose: Redecide changes what a later call offers.
-    amount = json.loads(Path(case["offer_file"]).read_text())["amount"]
+    def offer() -> int:  # not a step on purpose: Redecide changes what a later call offers
+        return json.loads(Path(case["offer_file"]).read_text())["amount"]
+
     premises = {"payment": PAYMENT, "eligible": True, "refunded_by_others": 0}
-    r = ctx.effect(target, key=f"refund:{case['id']}", payload={"payment": PAYMENT,
-                   "amount": amount}, premises=premises, grant=case["grant"])  # fmt: skip
+    _, r = refund_agent.run_refund(ctx, case, target=refund_agent.refund_target(case),
+                                   capture=True, amount=offer, authority="grant",
+                                   premises=premises)  # fmt: skip
     return {"status": r.status, "effect_id": r.effect_id}
 
 

@@ -15,8 +15,8 @@ import time
 import anthropic  # noqa: F401  # imported at worker start (seconds here), not in the first decide
 
 from interlock_runtime import workflow
+from world import refund_agent
 from world.model_stub import decide_amount
-from world.target_client import LocalRefunds
 
 
 def sleep_ms(ms: float) -> str:
@@ -40,11 +40,10 @@ def ask_model(request: dict) -> dict:
 
 @workflow(name="bench_refund", version="1")
 def bench_refund(ctx, case):
-    target = LocalRefunds(case["target_url"], case["payment"], 1, send_timeout=5.0)
+    """load, then the shared refund body under the case's standing grant (no approval)."""
+    target = refund_agent.refund_target({**case, "tier": 1}, send_timeout=5.0)
     loaded = ctx.step("load", load_case, case)
     request = {"case": loaded["case"], "payment": loaded["payment"], "model_url": case["model_url"]}
-    decision = ctx.decide("pick_amount", ask_model, request, premises=target.capture)
-    r = ctx.effect(target, key=f"refund:{case['id']}",
-                   payload={"payment": case["payment"], "amount": int(decision.output["amount"])},
-                   premises=decision.premises, grant=case["grant"], decision=decision.ref)  # fmt: skip
+    _, r = refund_agent.run_refund(ctx, case, target=target, decide=ask_model, request=request,
+                                   authority="grant")  # fmt: skip
     return {"status": r.status, "effect_id": r.effect_id}

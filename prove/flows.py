@@ -12,27 +12,24 @@ The shape matches the Temporal baseline (baselines/refund.py) step for step:
 3. the refund of the *decided* amount through ctx.effect on the LocalRefunds target (tier
    1/2/3), under the approval's grant; a payload other than the approved one is refused;
 4. a shortened sleep (seconds, standing in for the spec's long sleep; labeled in the report).
+
+Steps 1-3 are the shared refund body, world/refund_agent.py (run_refund), with S10's durable
+timer between the approval and the effect when the case sets `timer_seconds`.
 """
 
 from __future__ import annotations
 
 from interlock_runtime import workflow
+from world import refund_agent
 from world.model_stub import decide_amount, warm_sdk
-from world.target_client import LocalRefunds
+from world.refund_agent import payload_for  # noqa: F401  # prove/races.py imports it from here
 
 warm_sdk()  # at worker start, before it registers (as the Temporal worker does before ready)
 
 
-def refund_target(case: dict) -> LocalRefunds:
-    return LocalRefunds(
-        case["target_url"],
-        case["payment"],
-        case["tier"],
-        send_timeout=case.get("send_timeout", 3.0),
-        settle_margin=case.get("settle_margin", 5.0),
-        dedup_window=case.get("dedup_window", float("inf")),
-        queryable=case.get("queryable"),
-    )
+def refund_target(case: dict):
+    """Prove's local target: 3 s send timeout, 5 s settle margin unless the case says."""
+    return refund_agent.refund_target(case, send_timeout=3.0, settle_margin=5.0)
 
 
 def ask_model(request: dict) -> dict:
@@ -41,26 +38,20 @@ def ask_model(request: dict) -> dict:
                          context={"payment": request["payment"]}, worker=request.get("worker"))  # fmt: skip
 
 
-def payload_for(case: dict, amount: int) -> dict:
-    """The refund payload; rt.approve binds the grant to exactly this shape's hash."""
-    return {"payment": case["payment"], "amount": int(amount)}
+def s10_timer(case: dict):
+    """S10: a durable timer "timer" between the approval and the effect, when the case sets one."""
+    seconds = case.get("timer_seconds")
+    return (lambda ctx: ctx.sleep(float(seconds), name="timer")) if seconds else None
 
 
 def decide_approve_refund(ctx, case: dict, target, ask, request: dict):
-    """Steps 1-3, shared with the Stripe flow (prove/stripe_flows.py): returns the decision and
-    the effect's result, or None for the result when the approval expired."""
-    decision = ctx.decide("pick_amount", ask, request, premises=target.capture)
-    proposal = payload_for(case, decision.output["amount"])
-    approval = ctx.wait_approval(proposal, timeout=case.get("approval_timeout", 600))
-    if approval is None:
-        return decision, None
-    if case.get("timer_seconds"):  # S10: a durable timer between the approval and the effect
-        ctx.sleep(float(case["timer_seconds"]), name="timer")
-    r = ctx.effect(target, key=f"refund:{case['id']}",
-                   payload=payload_for(case, decision.output["amount"]),
-                   premises=approval["facts_seen"], grant=approval["grant_id"],
-                   decision=decision.ref)  # fmt: skip
-    return decision, r
+    """Steps 1-3 (the shared refund body with Prove's options), also the Stripe flow's
+    (prove/stripe_flows.py): the decision and the effect's result, None when the approval
+    expired. offer="proposed": the effect sends the decided amount; an approval of another
+    payload is refused."""
+    return refund_agent.run_refund(ctx, case, target=target, decide=ask, request=request,
+                                   offer="proposed", before_effect=s10_timer(case),
+                                   approval_timeout=case.get("approval_timeout", 600))  # fmt: skip
 
 
 @workflow(name="prove_refund", version="1")

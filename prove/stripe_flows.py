@@ -8,7 +8,8 @@ anthropic SDK (EMULATED model variance), else it is ``case["amount"]`` (default 
 
 Steps: decide the amount (recorded once, with the premises it saw), wait for the ``approve``
 signal (``rt.approve``: a grant bound to the approved payload's hash), then the refund of the
-decided amount through ``ctx.effect`` on ``StripeRefunds`` under that grant.
+decided amount through ``ctx.effect`` on ``StripeRefunds`` under that grant: the shared refund
+body of world/refund_agent.py, as prove/flows.py runs it, on another target.
 """
 
 from __future__ import annotations

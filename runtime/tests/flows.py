@@ -202,29 +202,27 @@ def forkable(ctx, inp):
 
 # -- gated effects (test_effects.py) ----------------------------------------------------------
 
+from world import refund_agent  # noqa: E402
 from world.target_client import LocalRefunds  # noqa: E402
 
 
-def refund_target(case: dict) -> LocalRefunds:
-    return LocalRefunds(case["target_url"], case["payment"], case["tier"],
-                        send_timeout=case.get("send_timeout", 2.5),
-                        settle_margin=case.get("settle_margin", 1.0),
-                        queryable=case.get("queryable"))  # fmt: skip
+def refund_target(case: dict, cls: type[LocalRefunds] = LocalRefunds) -> LocalRefunds:
+    """The tests' refund target: short timeouts (2.5 s send, 1 s settle) unless the case says."""
+    return refund_agent.refund_target(case, cls=cls, send_timeout=2.5, settle_margin=1.0)
+
+
+def local_premises(case: dict) -> list:
+    return [(fn, args) for fn, args in case.get("local_premises", [])]
 
 
 @workflow(name="refund", version="1")
 def refund(ctx, case):
     """The case of docs/design.md#refund-case, shortened: decide, wait for approval, refund through the gate."""
-    target = refund_target(case)
-    decision = ctx.decide("pick_amount", stub_model, {"case": case["id"]}, premises=target.capture)
-    proposal = {"payment": case["payment"], "amount": decision.output["amount"]}
-    approval = ctx.wait_approval(proposal, timeout=case.get("approval_timeout", 600))
-    if approval is None:
+    decision, r = refund_agent.run_refund(ctx, case, target=refund_target(case), decide=stub_model,
+                                          approval_timeout=case.get("approval_timeout", 600),
+                                          local_premises=local_premises(case))  # fmt: skip
+    if r is None:
         return {"status": "approval expired"}
-    local = [(fn, args) for fn, args in case.get("local_premises", [])]
-    r = ctx.effect(target, key=f"refund:{case['id']}", payload=approval["payload"],
-                   premises=approval["facts_seen"], grant=approval["grant_id"],
-                   local_premises=local, decision=decision.ref)  # fmt: skip
     return {"status": r.status, "effect_id": r.effect_id, "result": r.result}
 
 
@@ -238,24 +236,26 @@ def approve_only(ctx, inp):
 @workflow(name="policy_refund", version="1")
 def policy_refund(ctx, case):
     """A refund under a standing policy grant (no approval step): the payload is the input's."""
-    target = refund_target(case)
-    premises = ctx.step("capture", target.capture)
-    local = [(fn, args) for fn, args in case.get("local_premises", [])]
-    r = ctx.effect(target, key=f"refund:{case['id']}", payload=case["payload"], premises=premises,
-                   grant=case["grant"], local_premises=local, action=case.get("action"),
-                   compensation=case.get("compensation", False))  # fmt: skip
+    _, r = refund_agent.run_refund(ctx, case, target=refund_target(case), capture=True,
+                                   payload=case["payload"], authority="grant",
+                                   local_premises=local_premises(case), action=case.get("action"),
+                                   compensation=case.get("compensation", False))  # fmt: skip
     return {"status": r.status, "effect_id": r.effect_id, "reason": r.reason}
 
 
-@workflow(name="cancel_then_refund", version="1")
-def cancel_then_refund(ctx, case):
-    target = refund_target(case)
+def wait_for_cancel(ctx) -> None:
     try:
         ctx.wait_signal("never")
     except Cancelled:
         pass
-    r = ctx.effect(target, key=f"refund:{case['id']}", payload=case["payload"],
-                   premises={"payment": case["payment"]}, grant=case["grant"])  # fmt: skip
+
+
+@workflow(name="cancel_then_refund", version="1")
+def cancel_then_refund(ctx, case):
+    """Cancelled while it waits, it still sends its refund (under the standing grant)."""
+    _, r = refund_agent.run_refund(ctx, case, target=refund_target(case), payload=case["payload"],
+                                   authority="grant", premises={"payment": case["payment"]},
+                                   before_effect=wait_for_cancel)  # fmt: skip
     return {"status": r.status}
 
 
@@ -265,8 +265,8 @@ def breaker_refund(ctx, case):
     target = refund_target(case)
     target.breaker_threshold = case["threshold"]
     target.breaker_cooldown = case.get("cooldown", 60)
-    r = ctx.effect(target, key=f"refund:{case['id']}", payload={"amount": case["amount"]},
-                   premises={"payment": case["payment"]}, grant=case["grant"])  # fmt: skip
+    _, r = refund_agent.run_refund(ctx, case, target=target, amount=case["amount"],
+                                   authority="grant", premises={"payment": case["payment"]})  # fmt: skip
     return r.status
 
 
@@ -289,13 +289,11 @@ def exploding_check(target, effect_id, payload) -> bool:
 
 @workflow(name="verified_refund", version="1")
 def verified_refund(ctx, case):
-    cls = LyingRefunds if case.get("lie") else LocalRefunds
-    target = cls(
-        case["target_url"], case["payment"], case["tier"], send_timeout=2.5, settle_margin=1.0
-    )
+    target = refund_target(case, LyingRefunds if case.get("lie") else LocalRefunds)
     post = {"landed": refund_landed, "explode": exploding_check}[case["post"]]
-    r = ctx.effect(target, key=f"refund:{case['id']}", payload={"amount": case["amount"]},
-                   premises={"payment": case["payment"]}, grant=case["grant"], postcondition=post)  # fmt: skip
+    _, r = refund_agent.run_refund(ctx, case, target=target, amount=case["amount"],
+                                   authority="grant", premises={"payment": case["payment"]},
+                                   postcondition=post)  # fmt: skip
     return {"status": r.status, "effect_id": r.effect_id}
 
 
