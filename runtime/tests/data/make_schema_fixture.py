@@ -21,6 +21,7 @@ import psycopg
 from interlock_runtime import db, local_postgres, migrations, testing
 
 HERE = Path(__file__).resolve().parent
+EXAMPLE = HERE.parents[1] / "examples" / "refund_agent.py"
 
 
 def main(version: int) -> int:
@@ -36,8 +37,7 @@ def main(version: int) -> int:
     try:
         with db.connect(dsn) as conn:
             migrations.upgrade(conn)
-        subprocess.run([sys.executable, "-m", "prove.examples.refund_agent", "--dsn", dsn],
-                       check=True)  # fmt: skip
+        subprocess.run([sys.executable, str(EXAMPLE), "--dsn", dsn], check=True)
         pg_dump = Path(local_postgres.layout().bin_dir) / "pg_dump"
         out = subprocess.run(
             [str(pg_dump), "--data-only", "--schema=ilr", "--column-inserts", "--no-owner",

@@ -1,13 +1,18 @@
 """End to end: an agent refunds a customer, a person approves, the worker dies after the send.
 
-    python -m prove.examples.refund_agent [--stripe] [--dsn DSN] [--workdir DIR]
+    python runtime/examples/refund_agent.py [--dsn DSN] [--workdir DIR]
 
-What it does, with real processes and real signals (EMULATED parts are labeled):
+The workflow is runtime/examples/refund_flows.py (``refund_agent``): its refund goes through the
+library's own ``interlock_runtime.HttpTarget``. The world it talks to is the repository's test
+world: the local payment target (world/target.py, standing in for Stripe: EMULATED) and the
+model stub (world/model_stub.py, standing in for Claude: EMULATED). What it does, with real
+processes and real signals:
 
 1. starts the local payment target (tier 1: it dedupes Idempotency-Key like Stripe) with payment
    pay_881 of 10000 cents, and the model stub (EMULATED: Claude cannot be reached from here, so
    the official anthropic SDK talks to a scripted stub in the Messages API shape);
-2. starts worker W1 with ILR_KILL_AT=effect_after_send: it will SIGKILL itself right after the
+2. starts worker W1 (``interlock worker --module refund_flows``, runtime/examples on
+   PYTHONPATH) with ILR_KILL_AT=effect_after_send: it will SIGKILL itself right after the
    target answered the refund, before the runtime journaled COMMITTED;
 3. starts the refund workflow; the model decides the amount (2000) through the anthropic SDK;
 4. a person approves: ``interlock approve WF --by alice`` (run here as
@@ -20,10 +25,12 @@ What it does, with real processes and real signals (EMULATED parts are labeled):
 6. ``interlock receipt`` writes the effect's signed receipt and ``interlock verify`` checks it:
    one refund, happened once, authorized when fired, premises held.
 
-``--stripe`` runs the same case through the Stripe adapter (EMULATED: the official stripe SDK
-pointed at the local target's Stripe-compatible subset). Without ``--dsn`` the example creates a
-throwaway database on the project's own Postgres (or the server ILR_DSN names) and drops it at
-the end; with ``--dsn`` it uses that database. Exit status 0 when every check held.
+The same case through the Stripe adapter (EMULATED: the official stripe SDK against the local
+target's Stripe-compatible subset) belongs to the Prove harness, not to this example:
+prove/stripe_flows.py and prove/tests/test_stripe_s01.py. Without ``--dsn`` the example creates a throwaway database
+on the project's own Postgres (or the server ILR_DSN names) and drops it at the end; with
+``--dsn`` it uses that database. Exit status 0 when every check held. It imports nothing from
+prove/.
 """
 
 from __future__ import annotations
@@ -39,12 +46,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import refund_flows  # this folder's workflow module (the script's folder is on sys.path)
+
 from interlock_runtime import Runtime, testing
 from world.model_stub import ModelStub
 from world.target import Target
 from world.target_client import TargetAdmin
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 
 PAYMENT = "pay_881"
 WF = "refund-case-4471"
@@ -70,7 +80,8 @@ class Workers:
 
     def start(self, worker_id: str, kill_at: str | None = None) -> subprocess.Popen:
         env = {k: v for k, v in os.environ.items() if k not in ("ILR_KILL_AT", "ILR_STOP_AT")}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        paths = (str(HERE), str(REPO), env.get("PYTHONPATH"))  # refund_flows; world/
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         if kill_at:
             env["ILR_KILL_AT"] = kill_at
         flags = ["--module", self.module, "--id", worker_id, "--lease-ttl", "1.5", "--poll", "0.2"]
@@ -104,17 +115,8 @@ def wait_for(pred, timeout: float, what: str, dying: subprocess.Popen | None = N
     raise SystemExit(f"timed out after {timeout}s waiting for {what}")
 
 
-def run(dsn: str, workdir: Path, use_stripe: bool) -> int:
-    if use_stripe:
-        from prove import stripe_flows as flows_module
-
-        workflow, module = flows_module.stripe_refund, "prove.stripe_flows"
-        via = "the Stripe adapter (EMULATED: the official stripe SDK against the local target)"
-    else:
-        from prove import flows as flows_module  # type: ignore[no-redef]
-
-        workflow, module = flows_module.prove_refund, "prove.flows"
-        via = "the local target's API"
+def run(dsn: str, workdir: Path) -> int:
+    workflow, module = refund_flows.refund_agent, "refund_flows"
     key_env = dict(os.environ, **{KEY_ENV: secrets.token_hex(16)})  # the receipt's HMAC key
     workers = Workers(dsn, module, workdir)
     with Target(1, db=str(workdir / "ledger.sqlite")) as target, ModelStub() as stub:
@@ -122,8 +124,9 @@ def run(dsn: str, workdir: Path, use_stripe: bool) -> int:
         admin.create_payment(PAYMENT, 10000)
         say(f"target: {target.url} (tier 1, dedupes Idempotency-Key), payment {PAYMENT} of 10000")
         say(f"model:  {stub.url} (EMULATED: scripted stub in the Anthropic Messages shape)")
-        say(f"refund: through {via}")
-        case = {"id": "case-4471", "target_url": target.url, "payment": PAYMENT, "tier": 1,
+        http = refund_flows.refund_target({"target_url": target.url, "payment": PAYMENT})
+        say(f"refund: through {http!r} (Idempotency-Key, X-ILR-Worker / X-ILR-Epoch headers)")
+        case = {"id": "case-4471", "target_url": target.url, "payment": PAYMENT,
                 "model_url": stub.url, "send_timeout": 2.5, "settle_margin": 1.0,
                 "sleep_seconds": 0.2}  # fmt: skip
         try:
@@ -187,7 +190,7 @@ def run(dsn: str, workdir: Path, use_stripe: bool) -> int:
         refunds = admin.ledger()["refunds"]
         posts = [e for e in admin.log() if e["method"] == "POST" and "refunds" in e["path"]]
 
-    ours = [r for r in refunds if (r.get("metadata") or {}).get("key") == eid]
+    ours = [r for r in refunds if r.get("key") == eid]  # the Idempotency-Key it was sent with
     checks = {
         "one refund": len(refunds) == 1 and len(ours) == 1 and ours[0]["amount"] == amount,
         "committed by retry": out["status"] == "COMMITTED_BY_RETRY",
@@ -208,8 +211,6 @@ def run(dsn: str, workdir: Path, use_stripe: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stripe", action="store_true",
-                    help="refund through the Stripe adapter (EMULATED)")  # fmt: skip
     ap.add_argument("--dsn", help="use this database (default: a throwaway one, dropped after)")
     ap.add_argument("--workdir", help="where the ledger, worker logs and receipt go")
     args = ap.parse_args(argv)
@@ -217,10 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(args.workdir or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         if args.dsn:
-            return run(args.dsn, workdir, args.stripe)
+            return run(args.dsn, workdir)
         admin = testing.admin_dsn()
         with testing.template_database(admin) as tpl, testing.fresh_database(admin, tpl) as dsn:
-            return run(dsn, workdir, args.stripe)
+            return run(dsn, workdir)
 
 
 if __name__ == "__main__":

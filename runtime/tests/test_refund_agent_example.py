@@ -1,35 +1,31 @@
-"""The end-to-end example (prove/examples/refund_agent.py: the runtime in the simulated world)
-runs and shows what it promises: the model decides, alice approves, W1 is SIGKILLed after the
-send, W2 commits by retry, and the signed receipt verifies: one refund, happened once,
-authorized when fired, premises held."""
+"""The end-to-end example (runtime/examples/refund_agent.py, its workflow in refund_flows.py on
+the library's HttpTarget, against the test world's payment target and model stub) runs and shows
+what it promises: the model decides, alice approves, W1 is SIGKILLed after the send, W2 commits
+by retry, and the signed receipt verifies: one refund, happened once, authorized when fired,
+premises held."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from interlock_runtime import testing
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "refund_agent.py"
 
 
-@pytest.fixture
-def dsn() -> Iterator[str]:
-    admin = testing.admin_dsn()
-    with testing.template_database(admin) as tpl, testing.fresh_database(admin, tpl) as fresh:
-        yield fresh
-
-
+@pytest.mark.slow
 def test_refund_agent_example_end_to_end(dsn, tmp_path) -> None:
-    """Runs in its own fresh database (the dsn fixture, from interlock_runtime.testing)."""
-    p = subprocess.run([sys.executable, "-m", "prove.examples.refund_agent", "--dsn", dsn,
-                        "--workdir", str(tmp_path)],
+    """Runs the script by its path, in its own fresh database (conftest's dsn fixture)."""
+    p = subprocess.run([sys.executable, str(EXAMPLE), "--dsn", dsn, "--workdir", str(tmp_path)],
                        capture_output=True, text=True, timeout=150, cwd=tmp_path)  # fmt: skip
     out = p.stdout
     assert p.returncode == 0, out + p.stderr
+    assert "refund: through HttpTarget('payment-refunds', " in out and "tier=1)" in out
     assert "model decided: refund 2000 cents" in out and "EMULATED" in out
+    assert "$ interlock start refund_agent refund-case-4471" in out
     assert "$ interlock approve refund-case-4471 --by alice" in out
     assert '"amount": 2000' in out  # what alice approved: the payload the workflow proposed
     approved = next(ln for ln in out.splitlines() if ln.startswith("approved {"))
@@ -41,7 +37,7 @@ def test_refund_agent_example_end_to_end(dsn, tmp_path) -> None:
     assert "refund-case-4471: COMMITTED_BY_RETRY" in out
     assert "VALID (4 entries, 2 sends, state committed)" in out
     assert "ledger: 1 refund(s): re_000001 2000 on pay_881" in out
-    assert "sends seen by the target: W1, W2" in out
+    assert "sends seen by the target: W1, W2" in out  # HttpTarget's X-ILR-Worker header
     for check in ("one refund", "committed by retry", "happened once", "authorized when fired",
                   "premises held", "receipt valid and signed"):  # fmt: skip
         assert f"{check + ':':<26}yes" in out
