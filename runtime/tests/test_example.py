@@ -1,5 +1,5 @@
-"""`interlock approve` refuses bad input clearly. (The end-to-end refund example runs in the
-simulated world, so its test is prove/tests/test_example.py.)"""
+"""`interlock approve` refuses bad input clearly. (The end-to-end refund example is tested by
+test_refund_agent_example.py.)"""
 
 from __future__ import annotations
 
