@@ -149,6 +149,10 @@ class TemporalDevServer:
         self.db_file = str(Path(db_file or data_home() / "temporal.db").resolve())
         self.namespace = namespace
         self.ip = ip
+        # ports we chose may be taken between free_port() and the server's bind (several servers
+        # starting at once): the first start then picks new ones; ports the caller chose never
+        self._chosen = {"port": not port, "http_port": not http_port,
+                        "metrics_port": not metrics_port}  # fmt: skip
         self.port = port or free_port(ip)
         self.http_port = http_port or free_port(ip)
         self.metrics_port = metrics_port or free_port(ip)
@@ -204,13 +208,32 @@ class TemporalDevServer:
             return self.proc.poll() is None
         return self.pid is not None and _pid_alive(self.pid)
 
-    def start(self, timeout: float = 60.0) -> TemporalDevServer:
-        """Start the server and wait until its frontend answers for the namespace."""
+    def start(self, timeout: float = 60.0, bind_retries: int = 3) -> TemporalDevServer:
+        """Start the server and wait until its frontend answers for the namespace. On its first
+        start, a server that lost a port we chose to another process ("address already in use")
+        is started again on new ports, up to `bind_retries` times."""
+        for attempt in range(bind_retries + 1):
+            try:
+                return self._start_once(timeout)
+            except TemporalServerError as e:
+                lost = "address already in use" in str(e)
+                if not (lost and self.starts == 1 and attempt < bind_retries
+                        and any(self._chosen.values())):  # fmt: skip
+                    raise
+                self.proc, self.pid, self.starts = None, None, 0
+                for attr, chosen in self._chosen.items():
+                    if chosen:
+                        setattr(self, attr, free_port(self.ip))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start_once(self, timeout: float) -> TemporalDevServer:
         if self.running:
             return self
-        for name, port in (("port", self.port), ("http-port", self.http_port),
-                           ("metrics-port", self.metrics_port)):  # fmt: skip
-            if port_open(port, self.ip):
+        for attr in ("port", "http_port", "metrics_port"):
+            port, name = getattr(self, attr), attr.replace("_", "-")
+            if port_open(port, self.ip) and self._chosen[attr] and self.starts == 0:
+                setattr(self, attr, free_port(self.ip))  # ours, and not started yet: choose again
+            elif port_open(port, self.ip):
                 raise TemporalServerError(
                     f"cannot start the Temporal dev server: {name} {self.ip}:{port} is already "
                     "taken by another process (choose another port, or stop that process)"

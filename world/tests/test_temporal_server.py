@@ -113,3 +113,51 @@ def test_cli_start_status_stop(tmp_path):
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     st = cli("status")
     assert st.returncode == 1 and json.loads(st.stdout)["running"] is False
+
+
+def _bound_not_listening() -> socket.socket:
+    """A port held the way a racing process holds it: bound, not yet listening (the pre-start
+    check, a connect, sees it free; the server's bind fails with "address already in use")."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+def test_a_chosen_port_lost_to_a_race_is_chosen_again(tmp_path, monkeypatch):
+    import world.temporal_server as ts
+
+    held = _bound_not_listening()
+    real = ts.free_port
+    ports = iter([held.getsockname()[1]])
+    monkeypatch.setattr(ts, "free_port", lambda ip="127.0.0.1": next(ports, None) or real(ip))
+    server = TemporalDevServer(tmp_path / "t.db")
+    try:
+        with server:
+            assert server.port != held.getsockname()[1] and server.ready()
+        assert "address already in use" in Path(server.log_file).read_text()  # lost it once
+    finally:
+        held.close()
+
+
+def test_a_port_the_caller_chose_is_not_changed(tmp_path):
+    held = _bound_not_listening()
+    try:
+        server = TemporalDevServer(tmp_path / "t.db", port=held.getsockname()[1])
+        with pytest.raises(TemporalServerError, match="address already in use"):
+            server.start()
+        assert server.port == held.getsockname()[1]
+    finally:
+        held.close()
+
+
+def test_a_chosen_port_someone_listens_on_is_chosen_again(tmp_path, monkeypatch):
+    import world.temporal_server as ts
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        real = ts.free_port
+        ports = iter([taken.getsockname()[1]])
+        monkeypatch.setattr(ts, "free_port", lambda ip="127.0.0.1": next(ports, None) or real(ip))
+        with TemporalDevServer(tmp_path / "t.db") as server:
+            assert server.port != taken.getsockname()[1] and server.ready()
