@@ -14,6 +14,19 @@ TARGET_DEFAULTS = {"send_timeout": 35.0, "settle_margin": 10.0, "premise_max_age
                    "breaker_cooldown": 60.0}  # fmt: skip
 
 
+def timing_values(given: dict[str, float | None], prefix: str = "") -> dict[str, float]:
+    """A target constructor's timing attributes: each given value, or the runtime's default
+    where None, as a float; InvalidInput (its message after `prefix`) for anything but a
+    number of seconds >= 0."""
+    out = {}
+    for key, value in given.items():
+        value = TARGET_DEFAULTS[key] if value is None else value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise InvalidInput(f"{prefix}{key} must be a number of seconds >= 0, got {value!r}")
+        out[key] = float(value)
+    return out
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     """What the runtime reads from a target object (attributes with the spec's defaults)."""

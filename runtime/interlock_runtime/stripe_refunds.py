@@ -44,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "pip install 'interlock-runtime[stripe]'"
     ) from exc
 
-from .effects import TARGET_DEFAULTS, check_target
+from .effect_spec import check_target, timing_values
 from .errors import InvalidInput, TargetRejected
 from .targets import NoLookup
 
@@ -208,11 +208,8 @@ class StripeRefundTarget:
         timings = {"send_timeout": send_timeout, "settle_margin": settle_margin,
                    "premise_max_age": premise_max_age, "dedup_window": dedup_window,
                    "dedup_margin": dedup_margin, "breaker_cooldown": breaker_cooldown}  # fmt: skip
-        for key, value in timings.items():
-            value = TARGET_DEFAULTS[key] if value is None else value
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise InvalidInput(f"{key} must be a number of seconds >= 0, got {value!r}")
-            setattr(self, key, float(value))
+        for key, value in timing_values(timings).items():
+            setattr(self, key, value)
         self.breaker_threshold = breaker_threshold
         self._api_key = api_key
         check_target(self)

@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from .effects import TARGET_DEFAULTS, check_target
+from .effect_spec import check_target, timing_values
 from .errors import InterlockError, InvalidInput, TargetRejected
 
 __all__ = [
@@ -368,12 +368,8 @@ class HttpTarget:
         timings = {"send_timeout": send_timeout, "settle_margin": settle_margin,
                    "premise_max_age": premise_max_age, "dedup_window": dedup_window,
                    "dedup_margin": dedup_margin, "breaker_cooldown": breaker_cooldown}  # fmt: skip
-        for key, value in timings.items():
-            value = TARGET_DEFAULTS[key] if value is None else value
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise InvalidInput(f"HttpTarget {name!r}: {key} must be a number of seconds "
-                                   f">= 0, got {value!r}")  # fmt: skip
-            setattr(self, key, float(value))
+        for key, value in timing_values(timings, f"HttpTarget {name!r}: ").items():
+            setattr(self, key, value)
         self.breaker_threshold = breaker_threshold
         self.idempotency_header = idempotency_header
         self.sender_headers = sender_headers
