@@ -144,6 +144,17 @@ def test_loadavg_and_steal_parse():
 BURN = "import time\nt=time.process_time()\nwhile time.process_time()-t<{s}: pass\n"
 
 
+# A backend that keeps its CPU busy for 0.6 s of wall time. A fixed amount of work (it was
+# generate_series(1, 3000000)) took 0.19 s of CPU on a quiet machine, under the 0.2 s the test
+# needs to see; a wall-time loop burns well above it however fast the machine is.
+BUSY_BACKEND = """
+do $$
+declare stop timestamptz := clock_timestamp() + interval '0.6 seconds';
+begin
+  while clock_timestamp() < stop loop end loop;
+end $$"""
+
+
 @pytest.mark.slow
 def test_engine_cpu_reads_processes_children_and_backends():
     """Real processes and a real database: a root whose busy child exits inside the window, a
@@ -155,10 +166,10 @@ def test_engine_cpu_reads_processes_children_and_backends():
         time.sleep(0.3)  # the child exists (and burns) before the window opens
         cpu = bench_proc.EngineCpu([root.pid], admin, dbname, interval=0.1).start()
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("select count(*) from generate_series(1, 3000000)")
+            conn.execute(BUSY_BACKEND)
         with psycopg.connect(dsn, autocommit=True,
                              application_name=bench_proc.POLLER_APP) as poller:  # fmt: skip
-            poller.execute("select count(*) from generate_series(1, 3000000)")
+            poller.execute(BUSY_BACKEND)
             root.wait(timeout=30)
             time.sleep(0.3)  # the exited backend is gone from pg_stat_activity
             out = cpu.stop()
