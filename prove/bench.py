@@ -1190,7 +1190,7 @@ def version(dist: str) -> str | None:
 
 
 def git_facts() -> dict:
-    from prove import gitstate
+    from world import gitstate
 
     return {"commit": gitstate.commit(), "dirty": gitstate.dirty()}
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from prove import gitstate, lateness
+from world import gitstate, lateness
 from prove.scenario import FAMILY, Scenario, Variant
 from world.model_stub import ModelStub
 from world.target import Target

@@ -1,4 +1,4 @@
-"""Which code made a result: the commit, and whether the code differed from it.
+"""Which code made a result (Prove, bench, TLC, mutants): the commit, and whether the code differed from it.
 
 One rule for every report (Prove, bench): the tree is dirty when a tracked or untracked file
 outside results/ differs from the commit. Generated results do not make the code dirty, so a
