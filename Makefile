@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test lint format docs prove tlc conformance bench soak pg-start pg-stop pg-status clean browser console-shots
+.PHONY: setup test lint format docs prove tlc conformance mutants bench soak pg-start pg-stop pg-status clean browser console-shots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ docs: setup
 # The conformance suite alone; LONG=1 runs the Hypothesis state machine far longer.
 conformance: setup pg-start
 	ILR_LONG=$(if $(LONG),1,0) $(BIN)/python -m pytest conformance -q
+
+# Every code mutant of the catalog (models/mutants/*.yaml) against the tests named to kill it,
+# each on its own copy of the tree: results/mutants.md and .json. MUTANTS_ARGS passes options
+# through (--only A,B; --jobs 2). Exits non-zero when a mutant survives.
+mutants: setup pg-start
+	$(BIN)/python -m conformance.mutants $(MUTANTS_ARGS)
 
 # The default sweep (n >= 5 per cell, within an hour here); SWEEP=full runs the spec's sizes into its own
 # runs directory and resumes: an interrupted full sweep continues where it stopped.
