@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from . import db, journal, killpoints
-from .effect_authority import grant_checks
+from .effect_authority import grant_checks, local_violations
 from .effect_call import EffectCall, journal_entries
 from .effect_commit import send_and_commit
 from .effect_postconditions import post_holds
@@ -66,7 +66,11 @@ def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str],
                              {"grant": eff["grant_id"]}).fetchone()  # fmt: skip
         rechecked = grant_checks(grant, eff["grant_id"], call.action, eff["payload"],
                                  eff["payload_hash"])  # fmt: skip
-        rechecked["violations"] = violations if rechecked["lease_live"] else []
+        # The local SQL premises are read here, inside T_resolve, as T_dispatch reads them.
+        local = (
+            local_violations(conn, call.local_premises, call.eid) if rechecked["lease_live"] else []
+        )
+        rechecked["violations"] = (violations + local) if rechecked["lease_live"] else []
         rechecked["ts"] = now.timestamp()  # the grant is judged as of T_resolve, not T_commit
         lease_stale = not rechecked["lease_live"]
         stale = lease_stale or bool(rechecked["violations"])

@@ -1,0 +1,76 @@
+"""Recovery corner cases with a real worker crash and the real local target, judged by the
+target's ledger (docs/design.md#gated-effects, recovery). Named in models/mutants/recovery.yaml.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import flows
+import pytest
+from conftest import wait_for
+
+from interlock_runtime import Runtime
+
+PAYMENT = "pay_881"
+
+
+def test_tier1_past_its_dedup_window_is_looked_up_not_resent(dsn, workers, target_factory) -> None:
+    """A tier-1 target keeps idempotency keys for dedup_window seconds (2 here). The worker dies
+    after its send landed; the target forgets the key (pruned, as its window says it may);
+    recovery comes after the window, so a resend would apply a second time: it must look the
+    effect up instead (tier 1 read as tier 2) and find the first application."""
+    target, admin = target_factory(1)
+    c = {"id": "case-age", "target_url": target.url, "payment": PAYMENT, "tier": 1,
+         "dedup_window": 2.0}  # fmt: skip
+    with Runtime(dsn) as rt:
+        dying = workers("W1", env={"ILR_KILL_AT": "effect_after_send"}, lease_ttl=1.5)
+        rt.start(flows.refund, "wf-age", c)
+        wait_for(lambda: (rt.describe("wf-age")["waiting"] or {}).get("signal") == "approve", 30,
+                 "the approval wait")  # fmt: skip
+        decided = rt.describe("wf-age")["steps"][0]["output"]
+        rt.approve("wf-age", {"payment": PAYMENT, "amount": 2000}, decided["premises"], by="alice")
+        assert dying.proc.wait(timeout=30) == -signal.SIGKILL
+        assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]  # the send landed
+        admin.prune_keys()
+        workers("W2", lease_ttl=1.5)
+        out = rt.result("wf-age", timeout=40)
+    assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
+    assert out["status"] == "COMMITTED_ON_QUERY"
+
+
+FROZEN = """
+create schema if not exists ilr_test;
+create table ilr_test.frozen (account text primary key);
+create function ilr_test.not_frozen(args jsonb, eid text) returns jsonb language sql as $$
+  select coalesce(jsonb_agg('account ' || account || ' is frozen'), '[]'::jsonb)
+    from ilr_test.frozen where account = args->>'account' $$;
+"""
+
+
+@pytest.mark.parametrize("tier", [1, 2])
+def test_a_local_premise_broken_during_an_outage_refuses_the_resend(
+    dsn, conn, workers, target_factory, tier
+) -> None:
+    """Killed after T_dispatch with nothing sent; meanwhile a local SQL premise stops holding
+    (the account is frozen in the application's own table). Recovery re-reads the local
+    premises inside T_resolve, as T_dispatch did, and sends nothing."""
+    conn.execute(FROZEN)
+    target, admin = target_factory(tier)
+    c = {"id": "case-frozen", "target_url": target.url, "payment": PAYMENT, "tier": tier,
+         "local_premises": [["ilr_test.not_frozen", {"account": "acct-7"}]]}  # fmt: skip
+    with Runtime(dsn) as rt:
+        dying = workers("W1", env={"ILR_KILL_AT": "effect_after_dispatch"}, lease_ttl=1.5)
+        rt.start(flows.refund, "wf-frozen", c)
+        wait_for(lambda: (rt.describe("wf-frozen")["waiting"] or {}).get("signal") == "approve",
+                 30, "the approval wait")  # fmt: skip
+        decided = rt.describe("wf-frozen")["steps"][0]["output"]
+        rt.approve("wf-frozen", {"payment": PAYMENT, "amount": 2000}, decided["premises"],
+                   by="alice")  # fmt: skip
+        assert dying.proc.wait(timeout=30) == -signal.SIGKILL
+        conn.execute("insert into ilr_test.frozen values ('acct-7')")
+        workers("W2", lease_ttl=1.5)
+        out = rt.result("wf-frozen", timeout=40)
+    assert admin.ledger()["refunds"] == []
+    assert admin.log(path="/refunds", method="POST") == []
+    assert out["status"] == "REFUSED:stale_premise_at_recovery"
