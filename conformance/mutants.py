@@ -35,7 +35,7 @@ from world import gitstate
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
-FAILED = re.compile(r"^FAILED (\S+)", re.M)
+FAILED = re.compile(r"^FAILED (.+?)(?: - .*)?$", re.M)
 
 
 @dataclass
