@@ -5,14 +5,20 @@ A check reads the run's evidence and returns its violations (an empty list: it h
 
 - Postgres, always: claim history, steps, journal, effects, grants, signals, workflows;
 - the target's ledger and access log, for the checks that compare the record with the world;
-- the workers' event logs, for the checks that need to know when a step body started.
+- the workers' event logs, for the checks that need to know when a step body started;
+- what each rt.revoke() returned (record_revoke), for RevokeLinearizable.
 
+A check derives its verdict from that ground truth: the grant rows, the journal's database
+timestamps, the claims, the target's ledger and access log. It never takes a verdict the
+runtime recorded about itself (a send's `checks`, a resend's `rechecked`) as the answer.
 A check whose evidence is missing raises MissingEvidence rather than passing vacuously.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +52,9 @@ class Evidence:
     # implies the record" checks the earlier one, so a live run gives no false alarms.
     ledger_before: list[dict] | None = None
     access_log_before: list[dict] | None = None
+    # Every rt.revoke() of the run, in call order (record_revoke): {grant, returned, and the
+    # wall-clock called_at / returned_at around the call when the harness timed it}.
+    revokes: list[dict] | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -129,6 +138,116 @@ def _sends(entries: list[dict]) -> list[dict]:
             out.append({"ts": rc.get("ts", e["ts"]), "checks": rc, "lease": None, "by": {},
                         "effect": None, "resend": True})  # fmt: skip
     return out
+
+
+def record_revoke(rt: Any, grant: str, by: str | None, into: list[dict]) -> list[str]:
+    """rt.revoke(grant, by=by), its returned list appended to `into` (the evidence's revokes)
+    with the wall-clock time around the call; returns what revoke() returned."""
+    called_at = time.time()
+    returned = list(rt.revoke(grant, by=by))
+    into.append({"grant": grant, "returned": returned, "called_at": called_at,
+                 "returned_at": time.time()})  # fmt: skip
+    return returned
+
+
+# What the target did, by the path a request went to: the action a grant must allow.
+ACTION_BY_PATH = {"refunds": "refund"}
+_ABSENT = object()
+
+
+def _field(payload: Any, path: str) -> Any:
+    value = payload
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _outside_bounds(constraints: Any, payload: Any) -> list[str]:
+    """The grant row's declared bounds that the payload breaks, evaluated here (not by the
+    runtime's authority module): min/max (numbers, inclusive), in, equals; dotted fields."""
+    out = []
+    for name, bounds in (constraints or {}).items():
+        v = _field(payload, name)
+        if v is _ABSENT:
+            out.append(f"{name} missing")
+            continue
+        if "min" in bounds and not (_is_number(v) and v >= bounds["min"]):
+            out.append(f"{name}={v!r} below min {bounds['min']}")
+        if "max" in bounds and not (_is_number(v) and v <= bounds["max"]):
+            out.append(f"{name}={v!r} above max {bounds['max']}")
+        if "in" in bounds and v not in bounds["in"]:
+            out.append(f"{name}={v!r} not in {bounds['in']!r}")
+        if "equals" in bounds and v != bounds["equals"]:
+            out.append(f"{name}={v!r} is not {bounds['equals']!r}")
+    return out
+
+
+def _not_covered(grant: dict | None, gid: str | None, t: float, payload: Any,
+                 action: str | None) -> list[str]:  # fmt: skip
+    """Why the grant row does not cover a send authorized at database time t (empty: it
+    does): unrevoked and unexpired at t, the action, the bounds, the approved payload."""
+    if grant is None:
+        return [f"no grant {gid!r}"]
+    out = []
+    if grant["revoked_at"] is not None and _ts(grant["revoked_at"]) <= t:
+        out.append(f"grant {gid} revoked at {_ts(grant['revoked_at']):.3f}")
+    if grant["expires_at"] is not None and _ts(grant["expires_at"]) <= t:
+        out.append(f"grant {gid} expired at {_ts(grant['expires_at']):.3f}")
+    if action is not None and grant["action"] is not None and grant["action"] != action:
+        out.append(f"grant {gid} allows {grant['action']!r}, the target did {action!r}")
+    out += [f"grant {gid}: {b}" for b in _outside_bounds(grant["constraints"], payload)]
+    if grant["payload_hash"] is not None and grant["payload_hash"] != journal.payload_hash(payload):
+        out.append(f"grant {gid} approves another payload")
+    return out
+
+
+def _authorizations(entries: list[dict], eff: dict) -> list[dict]:
+    """Every send the journal authorizes, in order, with the database time of the
+    transaction that authorized it: a DISPATCHED (T_dispatch, its ts) or a resend
+    (T_resolve, the time its COMMITTED records for it), the grant it went under (the
+    DISPATCHED's lease; a resend goes under the open dispatch's), the payload, and whether
+    the previous send was still open (no COMMITTED, AMBIGUOUS or REFUSED since)."""
+    out: list[dict] = []
+    grant, open_ = eff["grant_id"], False
+    for e in entries:
+        if e["kind"] == "DISPATCHED":
+            grant = e.get("lease") or eff["grant_id"]
+            payload = e["effect"] if "effect" in e else eff["payload"]
+            out.append({"ts": e["ts"], "grant": grant, "payload": payload, "resend": False,
+                        "after_open": open_})  # fmt: skip
+            open_ = True
+        elif e["kind"] == "COMMITTED" and e.get("via") in RESEND_VIA:
+            at = (e.get("rechecked") or {}).get("ts", e["ts"])
+            out.append({"ts": at, "grant": grant, "payload": eff["payload"], "resend": True,
+                        "after_open": True})  # fmt: skip
+            open_ = False
+        elif e["kind"] in ("COMMITTED", "AMBIGUOUS", "REFUSED"):
+            open_ = False
+    return out
+
+
+def _action(ev: Evidence, eid: str) -> str | None:
+    """The action the target performed for an effect, from the paths its requests went to
+    (None when the access log is missing or shows no request for it)."""
+    if ev.access_log is None:
+        return None
+    for r in ev.posts()[eid]:
+        return ACTION_BY_PATH.get(r["path"].rstrip("/").rsplit("/", 1)[-1])
+    return None
+
+
+def _send_timeout(eff: dict, auths: list[dict]) -> float:
+    """The effect's send timeout: its send_deadline minus the time of the send that set it,
+    when the journal accounts for every authorized send; else 0 (a lower bound)."""
+    if not auths or eff["send_deadline"] is None or eff["sends"] != len(auths):
+        return 0.0
+    return max(0.0, _ts(eff["send_deadline"]) - auths[-1]["ts"])
 
 
 def _effective_tier3(eff: dict, entries: list[dict]) -> bool:
@@ -225,12 +344,29 @@ def tier3_never_resends(ev: Evidence) -> list[str]:
 
 
 def no_overlapping_sends(ev: Evidence) -> list[str]:
+    """The settle rule of the catalog: a send of an effect that follows a still open send
+    starts only after that send's send_deadline + settle_margin. The times are the journal's
+    (the database clock of T_dispatch and T_resolve); the deadline is the authorizing time
+    plus the effect's send timeout (_send_timeout). At the target, two requests of one key
+    are never in flight at once."""
     out = []
     for key, reqs in ev.posts().items():
         for a, b in zip(reqs, reqs[1:], strict=False):
             if a.get("end") is None or b["arrival"] < a["end"]:
                 out.append(f"{key}: a second request arrived at {b['arrival']:.3f} while the first "
                            f"(arrived {a['arrival']:.3f}) was still in flight")  # fmt: skip
+    entries = ev.entries()
+    for eid, eff in ev.effects().items():
+        auths = _authorizations(entries[eid], eff)
+        if len(auths) < 2:
+            continue
+        timeout = _send_timeout(eff, auths)
+        settle = eff["settle_margin"].total_seconds() if eff["settle_margin"] is not None else 0.0
+        for prev, nxt in zip(auths, auths[1:], strict=False):
+            until = prev["ts"] + timeout + settle
+            if nxt["after_open"] and nxt["ts"] <= until:
+                out.append(f"{eid}: a send authorized at {nxt['ts']:.3f}, before the previous "
+                           f"send's send_deadline + settle_margin ({until:.3f})")  # fmt: skip
     return out
 
 
@@ -289,26 +425,81 @@ def send_requires_live_claim(ev: Evidence) -> list[str]:
 
 
 def no_send_under_revoked_grant(ev: Evidence) -> list[str]:
+    """Every send (DISPATCHED or resend) was covered by its grant as the grant row says, at the
+    database time of the transaction that authorized it: unrevoked, unexpired, the action the
+    target performed, the declared bounds and the approved payload."""
     out, grants, effects = [], ev.grants(), ev.effects()
     for eid, entries in ev.entries().items():
-        for s in _sends(entries):
-            snap = s["checks"].get("lease") or {}
-            g = grants.get(snap.get("grant_id") or s["lease"] or effects[eid]["grant_id"])
-            revoked_before = g and g["revoked_at"] is not None and _ts(g["revoked_at"]) <= s["ts"]
-            if not s["checks"].get("lease_live") or snap.get("revoked") or revoked_before:
-                out.append(f"{eid}: a send at {s['ts']:.3f} was not under a live grant")
+        action = _action(ev, eid)
+        for a in _authorizations(entries, effects[eid]):
+            why = _not_covered(grants.get(a["grant"]), a["grant"], a["ts"], a["payload"], action)
+            if why:
+                out.append(f"{eid}: a send at {a['ts']:.3f} was not under a live grant: "
+                           + "; ".join(why))  # fmt: skip
     return out
 
 
+def _open_at(entries: list[dict], eff: dict, grant: str, t: float) -> bool:
+    """Whether a send of the effect under `grant` authorized before t was still unresolved at
+    t by the journal (no COMMITTED, AMBIGUOUS or REFUSED with a timestamp before t)."""
+    open_ = False
+    for a_or_e in entries:
+        if a_or_e["ts"] >= t:
+            break
+        if a_or_e["kind"] == "DISPATCHED":
+            open_ = (a_or_e.get("lease") or eff["grant_id"]) == grant
+        elif a_or_e["kind"] in ("COMMITTED", "AMBIGUOUS", "REFUSED"):
+            open_ = False
+    return open_
+
+
+def _grant_at(auths: list[dict], t: float) -> str | None:
+    """The grant of the last send authorized before t (the one a request arriving at t
+    belongs to, at the latest)."""
+    before = [a["grant"] for a in auths if a["ts"] < t]
+    return before[-1] if before else None
+
+
 def revoke_linearizable(ev: Evidence) -> list[str]:
-    out, grants, effects = [], ev.grants(), ev.effects()
-    for eid, entries in ev.entries().items():
-        for s in _sends(entries):
-            g = grants.get(
-                (s["checks"].get("lease") or {}).get("grant_id") or effects[eid]["grant_id"]
-            )
-            if g and g["revoked_at"] is not None and s["ts"] >= _ts(g["revoked_at"]):
-                out.append(f"{eid}: authorized at {s['ts']:.3f}, after grant {g['id']} was revoked")
+    """Once the revoke of g commits (ilr.grants.revoked_at), no send under g is authorized;
+    and each rt.revoke(g) returned every effect under g that could still land: one whose send
+    was still open when the call committed, or whose request reached the target after it.
+    The commit lies between revoked_at and the call's return; an effect counts as open or
+    late only when it was so at the return (revoked_at when the harness did not time it)."""
+    out, grants, effects, entries = [], ev.grants(), ev.effects(), ev.entries()
+    revoked = {gid: _ts(g["revoked_at"]) for gid, g in grants.items() if g["revoked_at"]}
+    under: dict[str, set] = defaultdict(set)
+    for eid, eff in effects.items():
+        for a in _authorizations(entries[eid], eff):
+            under[a["grant"]].add(eid)
+            at = revoked.get(a["grant"])
+            if at is not None and a["ts"] >= at:
+                out.append(f"{eid}: a send authorized at {a['ts']:.3f} under grant {a['grant']}, "
+                           f"revoked at {at:.3f}")  # fmt: skip
+    if not revoked:
+        return out
+    calls = ev.need("revokes")
+    missing = sorted(set(revoked) - {c["grant"] for c in calls})
+    if missing:
+        raise MissingEvidence(f"grants {missing} were revoked but no revoke() result was recorded")
+    posts = ev.posts() if ev.access_log is not None else {}
+    for c in calls:
+        gid, returned = c["grant"], set(c["returned"])
+        if gid not in revoked:
+            out.append(f"revoke({gid}) returned, yet the grant is not revoked")
+            continue
+        after = max(revoked[gid], c.get("returned_at") or revoked[gid])
+        for eid in sorted(returned - under[gid]):
+            out.append(f"revoke({gid}) returned {eid}, which was never sent under it")
+        for eid in sorted(under[gid] - returned):
+            auths = _authorizations(entries[eid], effects[eid])
+            late = [r["arrival"] for r in posts.get(eid, []) if r["arrival"] > after
+                    and _grant_at(auths, r["arrival"]) == gid]  # fmt: skip
+            if _open_at(entries[eid], effects[eid], gid, after):
+                out.append(f"revoke({gid}) left out {eid}, still open when it committed")
+            elif late:
+                out.append(f"revoke({gid}) left out {eid}, whose request reached the target at "
+                           f"{late[0]:.3f}, after the revoke committed")  # fmt: skip
     return out
 
 
@@ -319,9 +510,23 @@ def no_send_on_stale_premise(ev: Evidence) -> list[str]:
 
 
 def recovery_rechecks(ev: Evidence) -> list[str]:
-    return [f"{eid}: a resend without a passing grant and premise re-check"
-            for eid, entries in ev.entries().items() for s in _sends(entries)
-            if s["resend"] and not (s["checks"].get("lease_live") and s["checks"].get("violations") == [])]  # fmt: skip
+    """Every resend was decided in a T_resolve whose grant covered it by the grant row, at
+    the database time of that T_resolve, and whose premise re-check passed (the recorded
+    premise violations: see the module's notes)."""
+    out, grants, effects = [], ev.grants(), ev.effects()
+    for eid, entries in ev.entries().items():
+        action = _action(ev, eid)
+        for a in _authorizations(entries, effects[eid]):
+            if not a["resend"]:
+                continue
+            why = _not_covered(grants.get(a["grant"]), a["grant"], a["ts"], a["payload"], action)
+            if why:
+                out.append(f"{eid}: a resend at {a['ts']:.3f} without a live grant: "
+                           + "; ".join(why))  # fmt: skip
+        for s in _sends(entries):
+            if s["resend"] and s["checks"].get("violations") != []:
+                out.append(f"{eid}: a resend without a passing premise re-check")
+    return out
 
 
 def payload_bound(ev: Evidence) -> list[str]:
@@ -521,7 +726,8 @@ INVARIANTS: dict[str, Check] = {
 
 @contextmanager
 def snapshot(conn: psycopg.Connection, read_world: Callable[[], tuple[list, list]] | None = None,
-             events: list[dict] | None = None) -> Iterator[Evidence]:  # fmt: skip
+             events: list[dict] | None = None,
+             revokes: list[dict] | None = None) -> Iterator[Evidence]:  # fmt: skip
     """Evidence of a live run: the world (ledger, access log) read just before and just after a
     repeatable-read database snapshot, so that no check compares a newer record with an older
     world or the reverse."""
@@ -532,7 +738,8 @@ def snapshot(conn: psycopg.Connection, read_world: Callable[[], tuple[list, list
             conn.execute("select 1")  # the snapshot is taken at the first statement
             ledger1, log1 = read_world() if read_world else (None, None)
             yield Evidence(conn, ledger=ledger1, access_log=log1, events=events,
-                           ledger_before=ledger0, access_log_before=log0)  # fmt: skip
+                           ledger_before=ledger0, access_log_before=log0,
+                           revokes=None if revokes is None else list(revokes))  # fmt: skip
     finally:
         conn.isolation_level = None
 

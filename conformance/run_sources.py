@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from conformance.invariants import record_revoke
 from interlock_runtime import Runtime, testing
 from interlock_runtime.testing import WorkerProcess, wait_for
 from world.target import Target
@@ -50,6 +51,7 @@ class RunRecord:
     dsn: str
     workers: list[WorkerProcess] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
+    revokes: list[dict] = field(default_factory=list)  # what each rt.revoke() returned
 
     def events(self) -> list[dict]:
         return [e for w in self.workers for e in w.events()]
@@ -153,7 +155,7 @@ def effects_source(s: _Session, rt: Runtime) -> None:
     k3 = s.worker("K3", env={"ILR_KILL_AT": "effect_after_dispatch"}, concurrency=1)
     g = _approve(rt, "e-s03")
     k3.proc.wait(30)
-    rt.revoke(g, by="alice")
+    record_revoke(rt, g, "alice", s.record.revokes)
     s.worker("W")
     for tier in (2, 3):
         _approve(rt, f"e-s01-t{tier}")

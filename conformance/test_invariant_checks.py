@@ -65,11 +65,40 @@ def effect(conn, eid: str = "eff_1", tier: int = 2, state: str = "committed", am
                   wf))  # fmt: skip
 
 
-def grant(conn, gid: str = "g1", revoked: float | None = None) -> None:
-    conn.execute("insert into ilr.grants (id, principal, action, granted_by, revoked_at) "
-                 "values (%s, 'agent', 'refund', 'policy', %s) "
-                 "on conflict (id) do update set revoked_at = excluded.revoked_at",
-                 (gid, at(revoked) if revoked is not None else None))  # fmt: skip
+def grant(conn, gid: str = "g1", revoked: float | None = None, expires: float | None = None,
+          action: str | None = "refund", constraints: dict | None = None,
+          approves: dict | None = None) -> None:  # fmt: skip
+    conn.execute("insert into ilr.grants (id, principal, action, granted_by, revoked_at, "
+                 "expires_at, constraints, payload_hash) "
+                 "values (%s, 'agent', %s, 'policy', %s, %s, %s, %s) "
+                 "on conflict (id) do update set revoked_at = excluded.revoked_at, "
+                 "expires_at = excluded.expires_at, action = excluded.action, "
+                 "constraints = excluded.constraints, payload_hash = excluded.payload_hash",
+                 (gid, action, at(revoked) if revoked is not None else None,
+                  at(expires) if expires is not None else None,
+                  json.dumps(constraints) if constraints is not None else None,
+                  journal.payload_hash(approves) if approves is not None else None))  # fmt: skip
+
+
+def timing(conn, eid: str = "eff_1", deadline: float = 0.0, settle: float = 0.0,
+           sends: int = 1) -> None:  # fmt: skip
+    """The effect row's send deadline (of its latest send), settle margin and send count."""
+    conn.execute("update ilr.effects set send_deadline = %s, settle_margin = make_interval("
+                 "secs => %s), sends = %s where effect_id = %s",
+                 (at(deadline), settle, sends, eid))  # fmt: skip
+
+
+def post(arrival: float, end: float | None, key: str = "eff_1", amount: int = 2000) -> dict:
+    """One refund request in the target's access log, at T0-relative times."""
+    return {"method": "POST", "path": "/refunds", "key": key, "arrival": at(arrival).timestamp(),
+            "end": at(end).timestamp() if end is not None else None,
+            "payload": json.dumps({"amount": amount})}  # fmt: skip
+
+
+def resend(rechecked_at: float, **extra) -> dict:
+    """A tier-1 resend's COMMITTED whose recorded re-check says the grant was fine."""
+    rc = {"lease_live": True, "violations": [], "ts": at(rechecked_at).timestamp(), **extra}
+    return {"kind": "COMMITTED", "via": "retry-idempotent", "result": {}, "rechecked": rc}
 
 
 def chain(conn, eid: str, entries: list[dict]) -> None:
@@ -158,14 +187,14 @@ def test_sends_under_revoked_grant_and_stale_premises_are_caught(conn) -> None:
     claim(conn, "wf", 1, 0)
     chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, {"kind": "AUTHORIZED", "lease": "g1"},
                           dispatched(violations=["refunded_by_others changed: 0 -> 2000"])])  # fmt: skip
-    assert run(conn, "RevokeLinearizable")
+    assert run(conn, "RevokeLinearizable", revokes=[{"grant": "g1", "returned": ["eff_1"]}])
     assert run(conn, "NoSendUnderRevokedGrant")
     assert run(conn, "NoSendOnStalePremise")
 
 
 def test_resend_without_recheck_and_second_commit_are_caught(conn) -> None:
     seed(conn)
-    grant(conn)
+    grant(conn, revoked=2.5)  # after the DISPATCHED at t=2, before the resend at t=3
     effect(conn, tier=1)
     claim(conn, "wf", 1, 0)
     conn.execute("drop index ilr.one_commit")  # what the partial index exists to prevent
@@ -266,3 +295,115 @@ def test_step_rows_without_the_append_only_trigger_are_caught(conn) -> None:
 def test_every_check_holds_on_an_empty_database_or_says_what_it_needs(conn) -> None:
     results = check_all(Evidence(conn, ledger=[], access_log=[], events=[]))
     assert set(results) == set(INVARIANTS) and all(v == [] for v in results.values()), results
+
+
+# -- the runtime's self-report says fine, the ground truth says otherwise ----------------------
+# Each journal below records a passing check (lease_live true, no violations): only the grant
+# rows, the journal's timestamps, the effect row and the target's access log show the fault.
+
+
+@pytest.mark.parametrize(
+    "grant_row",
+    [
+        {"expires": 2.5},  # expired before the send at t=3
+        {"constraints": {"amount": {"max": 1000}}},  # the payload is above the grant's bound
+        {"approves": {"amount": 1500}},  # an approval of another payload
+        {"action": "payout"},  # the target did a refund
+    ],
+    ids=["expired", "constraint", "other_payload", "other_action"],
+)
+def test_send_the_grant_row_does_not_cover_is_caught(conn, grant_row: dict) -> None:
+    seed(conn)
+    grant(conn, **grant_row)
+    effect(conn, state="dispatched")
+    claim(conn, "wf", 1, 0)
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, {"kind": "AUTHORIZED", "lease": "g1"},
+                          dispatched()])  # fmt: skip
+    assert run(conn, "NoSendUnderRevokedGrant", access_log=[post(3.1, 3.2)])
+
+
+def test_a_covered_send_passes(conn) -> None:
+    seed(conn)
+    grant(conn, expires=9, constraints={"amount": {"max": 2000}}, approves={"amount": 2000})
+    effect(conn, state="dispatched")
+    claim(conn, "wf", 1, 0)
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched()])
+    assert run(conn, "NoSendUnderRevokedGrant", access_log=[post(2.1, 2.2)]) == []
+
+
+def test_resend_after_the_grant_was_revoked_is_caught(conn) -> None:
+    seed(conn)
+    grant(conn, revoked=3.5)  # after the DISPATCHED at t=2, before the T_resolve at t=4
+    effect(conn, tier=1)
+    claim(conn, "wf", 1, 0)
+    claim(conn, "wf", 2, 3.2, prev="running", prev_lease=3)
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {**resend(4), "ts": at(4.5).timestamp()}])  # fmt: skip
+    assert run(conn, "RecoveryRechecks")
+    assert run(conn, "NoSendUnderRevokedGrant")
+
+
+def test_a_send_open_when_the_revoke_committed_must_be_returned(conn) -> None:
+    seed(conn, status="running")
+    grant(conn, revoked=5)
+    effect(conn, state="dispatched")
+    claim(conn, "wf", 1, 0)
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched()])  # open since t=2
+    log = [post(2.1, None)]
+    assert run(
+        conn, "RevokeLinearizable", access_log=log, revokes=[{"grant": "g1", "returned": []}]
+    )
+    returned = [{"grant": "g1", "returned": ["eff_1"]}]
+    assert run(conn, "RevokeLinearizable", access_log=log, revokes=returned) == []
+    with pytest.raises(MissingEvidence):  # a revoked grant whose revoke() result is unknown
+        run(conn, "RevokeLinearizable", access_log=log, revokes=[])
+
+
+def test_a_request_landing_after_the_revoke_must_be_returned(conn) -> None:
+    seed(conn)
+    grant(conn, revoked=5)
+    effect(conn, tier=1)
+    claim(conn, "wf", 1, 0)
+    # resolved before the revoke (COMMITTED at t=3), yet a request still reached the target at 6
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {"kind": "COMMITTED", "result": {}}])  # fmt: skip
+    log = [post(2.1, 2.2), post(6, 6.1)]
+    assert run(
+        conn, "RevokeLinearizable", access_log=log, revokes=[{"grant": "g1", "returned": []}]
+    )
+    assert run(conn, "RevokeLinearizable", access_log=log[:1],
+               revokes=[{"grant": "g1", "returned": []}]) == []  # fmt: skip
+
+
+def test_revoke_returning_an_effect_never_sent_under_the_grant_is_caught(conn) -> None:
+    seed(conn)
+    grant(conn, revoked=5)
+    grant(conn, "g2")
+    effect(conn, grant="g2")
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g2"},
+                          {**dispatched(), "lease": "g2"}])  # fmt: skip
+    assert run(conn, "RevokeLinearizable", revokes=[{"grant": "g1", "returned": ["eff_1"]}])
+
+
+def test_resend_inside_the_settle_window_is_caught(conn) -> None:
+    seed(conn)
+    grant(conn)
+    effect(conn, tier=1)
+    claim(conn, "wf", 1, 0)
+    claim(conn, "wf", 2, 2.5, prev="running", prev_lease=2.4)
+    # DISPATCHED at t=2 with a 1 s send timeout and a 5 s settle margin: no resend before t=8;
+    # the resend's T_resolve ran at t=3.5 (the deadline it set: 4.5). The requests never
+    # overlapped at the target, so only the settle rule sees it.
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {**resend(3.5), "ts": at(4).timestamp()}])  # fmt: skip
+    timing(conn, deadline=4.5, settle=5, sends=2)
+    log = [post(2.1, 2.2), post(3.6, 3.7)]
+    assert run(conn, "NoOverlappingSends", access_log=log)
+    effect(conn, "eff_2", tier=1)  # the same, resent after send_deadline + settle_margin
+    chain(conn, "eff_2", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {**resend(8.5), "ts": at(9).timestamp()}])  # fmt: skip
+    timing(conn, "eff_2", deadline=9.5, settle=5, sends=2)
+    later = [post(2.1, 2.2, key="eff_2"), post(8.6, 8.7, key="eff_2")]
+    assert [
+        v for v in run(conn, "NoOverlappingSends", access_log=log + later) if "eff_2" in v
+    ] == []

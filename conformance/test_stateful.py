@@ -36,7 +36,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from conformance.invariants import check_all, snapshot
+from conformance.invariants import check_all, record_revoke, snapshot
 from conformance.run_sources import FLOWS, PAYMENT, flows
 from interlock_runtime import Runtime, WorkflowFinished, db, testing
 from interlock_runtime.testing import WorkerProcess
@@ -112,6 +112,7 @@ class RefundWorld(RuleBasedStateMachine):
         self.armed: list[WorkerProcess] = []  # workers with a kill point still to fire
         self.wfs: list[str] = []
         self.grants: list[str] = []
+        self.revokes: list[dict] = []  # what each rt.revoke() returned (RevokeLinearizable)
         self.v2_deployed = False
 
     # -- helpers ---------------------------------------------------------------------------
@@ -207,7 +208,7 @@ class RefundWorld(RuleBasedStateMachine):
     @recorded
     def revoke(self, pick: int) -> None:
         if self.grants:
-            self.rt.revoke(self.grants[pick % len(self.grants)], by="tester")
+            record_revoke(self.rt, self.grants[pick % len(self.grants)], "tester", self.revokes)
 
     @rule(amount=st.sampled_from([1000, 2000]))
     @recorded
@@ -243,7 +244,7 @@ class RefundWorld(RuleBasedStateMachine):
         if not hasattr(self, "target"):
             return
         events = [e for w in self.workers for e in w.events()]
-        with db.connect(self.dsn) as conn, snapshot(conn, self._world, events) as ev:
+        with db.connect(self.dsn) as conn, snapshot(conn, self._world, events, self.revokes) as ev:
             results = check_all(ev)
         broken = {k: v for k, v in results.items() if v}
         assert not broken, f"invariants violated: {broken}"

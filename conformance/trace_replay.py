@@ -507,6 +507,7 @@ class Replay:
                        "revoke_returned": 0, "hand_refunds": 0, "cancels": 0, "prunes": 0,
                        "redecides": 0, "signals": 0, "ticks": 0, "holds": 0}  # fmt: skip
         self.divergences: list[str] = []
+        self.revokes: list[dict] = []  # what each rt.revoke() returned (RevokeLinearizable)
         self.origin: float | None = None
         self.posts_seen = 0
         self._signal_thread: threading.Thread | None = None
@@ -600,7 +601,10 @@ class Replay:
                 if delay > 0:
                     time.sleep(delay)
         elif op.kind == "revoke":
-            self.counts["revoke_returned"] += len(self.rt.revoke(self.grant, by="replay"))
+            from conformance.invariants import record_revoke
+
+            returned = record_revoke(self.rt, self.grant, "replay", self.revokes)
+            self.counts["revoke_returned"] += len(returned)
             self.counts["revokes"] += 1
         elif op.kind == "hand_refund":
             admin.hand_refund(PAYMENT, op.arg)
@@ -722,7 +726,7 @@ class Replay:
                     def world():
                         return admin.ledger()["refunds"], admin.log()
 
-                    with db.connect(dsn) as conn, snapshot(conn, world, events) as ev:
+                    with db.connect(dsn) as conn, snapshot(conn, world, events, self.revokes) as ev:
                         results = check_all(ev)
                         for name, found in self.live_results.items():
                             if found and isinstance(found, list):
@@ -801,7 +805,9 @@ class Replay:
         admin = TargetAdmin(self.target.url)
         events = [e for p in self.all_procs for e in p.events()]
         with db.connect(self.dsn) as conn:
-            with snapshot(conn, lambda: (admin.ledger()["refunds"], admin.log()), events) as ev:
+            with snapshot(
+                conn, lambda: (admin.ledger()["refunds"], admin.log()), events, self.revokes
+            ) as ev:
                 return check_all(ev)
 
     def _settle(self, rt) -> str | None:

@@ -35,8 +35,8 @@ from typing import Any
 
 import psycopg
 
-from world import gitstate, lateness
 from prove.scenario import FAMILY, Scenario, Variant
+from world import gitstate, lateness
 from world.model_stub import ModelStub
 from world.target import Target
 from world.target_client import TargetAdmin
@@ -129,6 +129,7 @@ class RuntimeSystem:
         self.rt = run.stack.enter_context(Runtime(run.dsn))
         self.workers: list[Any] = []
         self.grant: str | None = None
+        self.revokes: list[dict] = []  # what each rt.revoke() returned (RevokeLinearizable)
         __import__(self.module)  # import the flow now, not inside the measured start
 
     @property
@@ -214,7 +215,10 @@ class RuntimeSystem:
     def revoke(self) -> dict:
         if self.grant is None:
             return {"grant": None, "skipped": "no approval yet"}
-        return {"grant": self.grant, "may_still_land": self.rt.revoke(self.grant, by=APPROVER)}
+        from conformance.invariants import record_revoke
+
+        returned = record_revoke(self.rt, self.grant, APPROVER, self.revokes)
+        return {"grant": self.grant, "may_still_land": returned}
 
     def cancel(self) -> dict:
         self.rt.cancel(self.run.wf_id, by=APPROVER)
@@ -283,7 +287,8 @@ class RuntimeSystem:
         with db.connect(self.run.dsn) as conn:
             n_calls = conn.execute("select count(*) as n from ilr.llm_calls").fetchone()["n"]
             arts["llm_calls"] = n_calls
-            ev = invariants.Evidence(conn, ledger=ledger, access_log=access_log, events=events)
+            ev = invariants.Evidence(conn, ledger=ledger, access_log=access_log, events=events,
+                                     revokes=self.revokes)  # fmt: skip
             checked = invariants.check_all(ev)
         arts["invariants"] = {k: v for k, v in checked.items() if v}  # failing or missing
         arts["invariants_checked"] = len(checked)

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.invariants import check_all, snapshot
+from conformance.invariants import check_all, record_revoke, snapshot
 from interlock_runtime import Runtime, WorkflowFinished, db, testing
 from interlock_runtime.testing import WorkerProcess
 from interlock_runtime.vocabulary import TERMINAL_STATUSES
@@ -238,6 +238,7 @@ class Soak:
         self.inflight: set[str] = set()
         self.waiting_approval: set[str] = set()
         self.chaos = Counter()
+        self.revokes: list[dict] = []  # what each rt.revoke() returned (RevokeLinearizable)
         self.samples: list[dict] = []
 
     # -- driving ------------------------------------------------------------------------------
@@ -297,7 +298,7 @@ class Soak:
             else:
                 self.approve(case, r["output"]["premises"])
             if case.at_wait and case.fate == "revoke" and case.grant:
-                self.rt.revoke(case.grant, by="soak-chaos")
+                record_revoke(self.rt, case.grant, "soak-chaos", self.revokes)
             if case.at_wait:
                 case.fate_done = True
                 self.chaos[case.fate + "s"] += 1
@@ -324,7 +325,7 @@ class Soak:
                 if c.grant is None:
                     c.fate_at = now + 0.2  # not approved yet: revoke once it is
                     continue
-                self.rt.revoke(c.grant, by="soak-chaos")
+                record_revoke(self.rt, c.grant, "soak-chaos", self.revokes)
             elif c.fate == "hand":
                 self.targets[c.tier].admin.hand_refund(c.payment, HAND)
             elif c.fate == "cancel":
@@ -349,7 +350,10 @@ class Soak:
     def invariants(self) -> dict:
         t = time.monotonic()
         events = self.fleet.events()
-        with db.connect(self.dsn) as conn, snapshot(conn, self.read_world, events) as ev:
+        with (
+            db.connect(self.dsn) as conn,
+            snapshot(conn, self.read_world, events, self.revokes) as ev,
+        ):
             results = check_all(ev)
         broken = {k: v[:5] for k, v in results.items() if isinstance(v, list) and v}
         missing = {k: v for k, v in results.items() if isinstance(v, str)}
