@@ -6,8 +6,9 @@ cancel, signal, let the clock run, deploy a v2-only worker. After every rule, ev
 invariant of layer C is checked over the run's evidence (Postgres, the target's ledger and
 access log, the workers' event logs). At the end, the world is drained and checked again.
 
-The test fails unless workers ran and at least one effect was sent. The seed is printed and
-appended to .data/conformance/stateful_seeds.log; rerun one with ILR_STATEFUL_SEED=<seed>.
+The test fails unless workers ran and at least one effect was sent. The seed (fixed unless
+ILR_STATEFUL_SEED=random) is printed and appended to .data/conformance/stateful_seeds.log;
+rerun one with ILR_STATEFUL_SEED=<seed>.
 `make conformance LONG=1` (ILR_LONG=1) runs many more and longer examples.
 """
 
@@ -44,7 +45,10 @@ from interlock_runtime.vocabulary import TERMINAL_STATUSES
 from world.target_client import TargetAdmin
 
 LONG = os.environ.get("ILR_LONG") == "1"
-SEED = int(os.environ.get("ILR_STATEFUL_SEED") or random.SystemRandom().randrange(2**32))
+# A fixed seed by default, so that `make test` passes or fails by the code, never by chance;
+# ILR_STATEFUL_SEED=<n> replays one, ILR_STATEFUL_SEED=random explores (the seed is printed).
+_SEED_ENV = os.environ.get("ILR_STATEFUL_SEED") or "1"
+SEED = random.SystemRandom().randrange(2**32) if _SEED_ENV == "random" else int(_SEED_ENV)
 KILL_POINTS = [None, None, "effect_after_send", "effect_after_dispatch", "step_before_record",
                "decide_after_response", "claimed"]  # fmt: skip
 CONTROL = "pay_ctl"  # the drain's control refund: no rule touches this payment

@@ -371,18 +371,18 @@ def test_cli_start_control_stop(upstream):
     assert bad.returncode == 2 and "loopback" in bad.stderr
 
 
-PG_DSN = os.environ.get("ILR_DSN", "postgresql://postgres@127.0.0.1:55432/ilr")
-
-
 def _pg_target():
-    psycopg = pytest.importorskip("psycopg")
+    """The configured cluster (ILR_DSN, else the project's own on ILR_PG_PORT, started if
+    needed: interlock_runtime.testing.admin_dsn). A cluster that does not answer fails the
+    test: it is never skipped."""
+    import psycopg
     from psycopg.conninfo import conninfo_to_dict
 
-    try:
-        psycopg.connect(PG_DSN, connect_timeout=2).close()
-    except Exception as e:  # noqa: BLE001 - any failure means "no server here"
-        pytest.skip(f"Postgres not reachable at the test DSN: {e}")
-    d = conninfo_to_dict(PG_DSN)
+    from interlock_runtime import testing
+
+    dsn = testing.admin_dsn()
+    psycopg.connect(dsn, connect_timeout=5).close()
+    d = conninfo_to_dict(dsn)
     return psycopg, d, d.get("host") or "127.0.0.1", int(d.get("port") or 5432)
 
 
