@@ -13,8 +13,8 @@ from __future__ import annotations
 import signal
 
 import flows
-from conftest import wait_for
 
+from conftest import wait_for
 from interlock_runtime import Runtime, db
 
 PAYMENT = "pay_881"
@@ -114,3 +114,24 @@ def test_committed_and_its_step_row_are_one_transaction(dsn, workers, target_fac
     assert (row["state"], row["status"], row["current"]) == ("committed", "running", True)
     assert row["has_step"], "a committed effect with no step row under a current claim"
     assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
+
+
+def test_premises_older_than_their_max_age_are_read_again(dsn, workers, target_factory) -> None:
+    """The worker stalls between reading the premises and T_dispatch for longer than
+    premise_max_age (5 s); a hand refund lands meanwhile: the premises are read again and the
+    send is refused."""
+    target, admin = target_factory(2)
+    w = workers("W1", lease_ttl=30, env={"ILR_STOP_AT": "effect_before_dispatch"})
+    with Runtime(dsn) as rt, db.connect(dsn) as c:
+        rt.start(flows.refund, "wf-age", _case(target))
+        _approve(rt, "wf-age")
+        w.wait_stopped(timeout=30)
+        stopped = c.execute("select now() as t").fetchone()["t"]
+        admin.hand_refund(PAYMENT, 2000)
+        wait_for(lambda: c.execute("select now() - %s > interval '5.2 seconds' as x", (stopped,))
+                 .fetchone()["x"], 30, "premise_max_age to pass")  # fmt: skip
+        w.signal(signal.SIGCONT)
+        out = rt.result("wf-age", timeout=30)
+    assert [r["source"] for r in admin.ledger()["refunds"]] == ["hand"]
+    assert admin.log(path="/refunds", method="POST") == []
+    assert out["status"] == "REFUSED:stale_premise"

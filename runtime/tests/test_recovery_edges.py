@@ -74,3 +74,29 @@ def test_a_local_premise_broken_during_an_outage_refuses_the_resend(
     assert admin.ledger()["refunds"] == []
     assert admin.log(path="/refunds", method="POST") == []
     assert out["status"] == "REFUSED:stale_premise_at_recovery"
+
+
+def test_a_resend_starts_its_own_deadline(dsn, workers, target_factory) -> None:
+    """W1 dies after T_dispatch; W2 resends at recovery and dies while the target still holds
+    that resend (3.5 s, inside the resend's own send_timeout + settle_margin of 4 + 2). W3 must
+    wait for the resend's deadline before it looks, so it finds the resend applied instead of
+    resending a second time."""
+    target, admin = target_factory(2)
+    c = {"id": "case-dl", "target_url": target.url, "payment": PAYMENT, "tier": 2,
+         "send_timeout": 4.0, "settle_margin": 2.0}  # fmt: skip
+    with Runtime(dsn) as rt:
+        w1 = workers("W1", env={"ILR_KILL_AT": "effect_after_dispatch"}, lease_ttl=1.5)
+        rt.start(flows.refund, "wf-dl", c)
+        wait_for(lambda: (rt.describe("wf-dl")["waiting"] or {}).get("signal") == "approve", 30,
+                 "the approval wait")  # fmt: skip
+        decided = rt.describe("wf-dl")["steps"][0]["output"]
+        rt.approve("wf-dl", {"payment": PAYMENT, "amount": 2000}, decided["premises"], by="alice")
+        assert w1.proc.wait(timeout=30) == -signal.SIGKILL
+        admin.set_delay(3500, count=1)
+        w2 = workers("W2", lease_ttl=1.5)
+        wait_for(lambda: admin.log(path="/refunds", method="POST"), 30, "W2's resend to arrive")
+        w2.signal(signal.SIGKILL)
+        workers("W3", lease_ttl=1.5)
+        out = rt.result("wf-dl", timeout=60)
+    assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
+    assert out["status"] in ("COMMITTED_ON_QUERY", "DUPLICATE_IGNORED")

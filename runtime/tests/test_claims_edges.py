@@ -1,0 +1,100 @@
+"""The fence and the heartbeat, the two statements that decide whether a worker still holds a
+run (docs/design.md#fence, docs/design.md#claims), against real Postgres rows: a lease that
+expired, and an epoch that moved on, each alone. Named in models/mutants/claims.yaml.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import flows
+import pytest
+from conftest import wait_for
+
+from interlock_runtime import Runtime, db
+from interlock_runtime.errors import Fenced
+
+WF = "wf-claim"
+
+
+def _running(conn, epoch: int, lease_s: float) -> None:
+    """The row as a claim leaves it: running under `epoch`, the lease `lease_s` from now."""
+    conn.execute("update ilr.workflows set status = 'running', epoch = %s, owner = 'w', "
+                 "lease_expires_at = now() + make_interval(secs => %s) where id = %s",
+                 (epoch, lease_s, WF))  # fmt: skip
+
+
+@pytest.fixture
+def row(dsn, conn):
+    with Runtime(dsn) as rt:
+        rt.start(flows.echo, WF, {"x": 1})
+    return conn
+
+
+def _fence(conn, epoch: int) -> bool:
+    try:
+        with db.fenced(conn, WF, epoch, 5.0):
+            return True
+    except Fenced:
+        return False
+
+
+def test_the_fence_matches_only_a_live_lease_of_the_current_epoch(row) -> None:
+    _running(row, 3, 5)
+    assert _fence(row, 3)
+    assert not _fence(row, 2)  # a stale epoch, while the lease is live
+    assert not _fence(row, 4)
+    _running(row, 3, -0.5)  # the same epoch, its lease just expired, nobody claimed yet
+    assert not _fence(row, 3)
+    lease = row.execute("select lease_expires_at < now() as gone from ilr.workflows "
+                        "where id = %s", (WF,)).fetchone()  # fmt: skip
+    assert lease["gone"]  # a refused fence extends nothing
+
+
+def _heartbeat(conn, epoch: int) -> list:
+    return conn.execute(
+        db.query("heartbeat"), {"ids": [WF], "epochs": [epoch], "ttl": 5.0}
+    ).fetchall()
+
+
+def test_the_heartbeat_renews_only_a_live_lease_of_its_own_epoch(row) -> None:
+    _running(row, 3, 5)
+    assert [r["id"] for r in _heartbeat(row, 3)] == [WF]
+    before = row.execute("select lease_expires_at from ilr.workflows where id = %s",
+                         (WF,)).fetchone()["lease_expires_at"]  # fmt: skip
+    assert _heartbeat(row, 2) == []  # a zombie's heartbeat: it learns it was fenced
+    after = row.execute("select lease_expires_at from ilr.workflows where id = %s",
+                        (WF,)).fetchone()["lease_expires_at"]  # fmt: skip
+    assert after == before  # and the successor's lease is not its to extend
+    _running(row, 3, -0.5)
+    assert _heartbeat(row, 3) == []  # an expired lease is not revived
+    gone = row.execute("select lease_expires_at < now() as gone from ilr.workflows "
+                       "where id = %s", (WF,)).fetchone()["gone"]  # fmt: skip
+    assert gone
+
+
+def test_a_commit_after_the_lease_expired_is_fenced_with_no_successor(
+    dsn, workers, target_factory
+) -> None:
+    """A real worker stops after its send and resumes after its lease expired, with no peer to
+    take over: its T_commit must not pass the fence. Ground truth: no step row of its epoch is
+    written after the moment its lease was seen expired."""
+    target, admin = target_factory(2)
+    w = workers("W1", lease_ttl=1.5, env={"ILR_STOP_AT": "effect_after_send"})
+    with Runtime(dsn) as rt, db.connect(dsn) as c:
+        grant = rt.grant("agent", "refund", by="policy")
+        rt.start(flows.policy_refund, "wf-exp", {"id": "k1", "target_url": target.url,
+                 "payment": "pay_881", "tier": 2, "payload": {"amount": 2000}, "grant": grant})  # fmt: skip
+        w.wait_stopped(timeout=30)
+        wait_for(lambda: c.execute("select lease_expires_at < now() as x from ilr.workflows "
+                                   "where id = 'wf-exp'").fetchone()["x"], 20, "the lease to expire")  # fmt: skip
+        seen = c.execute(
+            "select now() as t, epoch from ilr.workflows where id = 'wf-exp'"
+        ).fetchone()
+        w.signal(signal.SIGCONT)
+        out = rt.result("wf-exp", timeout=40)
+        late = c.execute("select seq, kind, created_at from ilr.steps where workflow_id = 'wf-exp' "
+                         "and epoch = %s and created_at > %s", (seen["epoch"], seen["t"])).fetchall()  # fmt: skip
+    assert late == [], f"epoch {seen['epoch']} wrote after its lease expired: {late}"
+    assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
+    assert out["status"] in ("COMMITTED", "DUPLICATE_IGNORED")
