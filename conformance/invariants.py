@@ -416,11 +416,27 @@ def send_requires_live_claim(ev: Evidence) -> list[str]:
             if not by or by.get("epoch") not in {c["epoch"] for c in claims[by.get("workflow_id")]}:
                 out.append(f"{eid}: DISPATCHED by {by or 'nobody'}, which never held a claim")
     effs = ev.effects() if ev.access_log is not None else {}  # once: it is a query
+    entries = ev.entries() if ev.access_log is not None else {}
     for key, reqs in ev.posts().items() if ev.access_log is not None else []:
         if key in effs and effs[key]["sends"] < len(reqs):
             out.append(
                 f"{key}: {len(reqs)} requests but only {effs[key]['sends']} authorized sends"
             )
+        if key not in effs:
+            continue
+        # The sender each request names (X-ILR-Worker / X-ILR-Epoch, as the target logged
+        # them) must be a claim on a workflow of this effect, claimed before it arrived.
+        wfs = {effs[key]["workflow_id"], effs[key]["dispatch_workflow_id"]}
+        wfs |= {(e.get("by") or {}).get("workflow_id") for e in entries[key]}
+        held = {(c["owner"], str(c["epoch"])): _ts(c["claimed_at"])
+                for wf in wfs if wf for c in claims.get(wf, [])}  # fmt: skip
+        for r in reqs:
+            sender = (r.get("worker"), None if r.get("epoch") is None else str(r["epoch"]))
+            if sender[1] is None:
+                continue  # a target that does not log its senders: nothing to compare
+            if sender not in held or held[sender] > r["arrival"]:
+                out.append(f"{key}: a request at {r['arrival']:.3f} from {sender[0]} epoch "
+                           f"{sender[1]}, which held no claim on {sorted(w for w in wfs if w)}")  # fmt: skip
     return out
 
 

@@ -407,3 +407,18 @@ def test_resend_inside_the_settle_window_is_caught(conn) -> None:
     assert [
         v for v in run(conn, "NoOverlappingSends", access_log=log + later) if "eff_2" in v
     ] == []
+
+
+def test_a_request_from_a_sender_without_a_claim_is_caught(conn) -> None:
+    seed(conn)
+    grant(conn)
+    effect(conn)
+    claim(conn, "wf", 1, 0, owner="w1")
+    claim(conn, "wf", 2, 10, prev="running", prev_lease=9, owner="w2")
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {"kind": "COMMITTED", "result": {}}])  # fmt: skip
+    # the journal says epoch 1 dispatched, the target says who really sent the one request
+    for sender in ({"worker": "w9", "epoch": "1"}, {"worker": "w2", "epoch": "2"}):
+        assert run(conn, "SendRequiresLiveClaim", access_log=[{**post(2.1, 2.2), **sender}])
+    good = {**post(2.1, 2.2), "worker": "w1", "epoch": "1"}
+    assert run(conn, "SendRequiresLiveClaim", access_log=[good]) == []
