@@ -135,3 +135,20 @@ def test_premises_older_than_their_max_age_are_read_again(dsn, workers, target_f
     assert [r["source"] for r in admin.ledger()["refunds"]] == ["hand"]
     assert admin.log(path="/refunds", method="POST") == []
     assert out["status"] == "REFUSED:stale_premise"
+
+
+def test_a_grant_past_its_expiry_refuses_the_dispatch(dsn, workers, target_factory) -> None:
+    """A policy grant that expired (by the database clock) before the send is judged in
+    T_dispatch: refused as expired, nothing sent."""
+    target, admin = target_factory(2)
+    with Runtime(dsn) as rt, db.connect(dsn) as c:
+        grant = rt.grant("agent", "refund", expires_in=0.5, by="policy")
+        wait_for(lambda: c.execute("select expires_at < now() as x from ilr.grants where id = %s",
+                                   (grant,)).fetchone()["x"], 10, "the grant to expire")  # fmt: skip
+        workers("W1", lease_ttl=3)
+        rt.start(flows.policy_refund, "wf-exp", {"id": "k-exp", "target_url": target.url,
+                 "payment": PAYMENT, "tier": 2, "payload": {"amount": 2000}, "grant": grant})  # fmt: skip
+        out = rt.result("wf-exp", timeout=30)
+    assert out["status"] == "REFUSED:lease"
+    assert "expired" in out["reason"]
+    assert admin.ledger()["refunds"] == [] and admin.log(path="/refunds", method="POST") == []

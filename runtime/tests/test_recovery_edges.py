@@ -8,9 +8,9 @@ import signal
 
 import flows
 import pytest
-from conftest import wait_for
 
-from interlock_runtime import Runtime
+from conftest import wait_for
+from interlock_runtime import Runtime, receipts
 
 PAYMENT = "pay_881"
 
@@ -100,3 +100,31 @@ def test_a_resend_starts_its_own_deadline(dsn, workers, target_factory) -> None:
         out = rt.result("wf-dl", timeout=60)
     assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
     assert out["status"] in ("COMMITTED_ON_QUERY", "DUPLICATE_IGNORED")
+
+
+def test_a_revoke_during_the_outage_after_the_send_landed_commits_on_lookup(
+    dsn, workers, target_factory
+) -> None:
+    """Tier 1 with lookup: the send landed, the worker died before T_commit, and the grant was
+    revoked meanwhile. Recovery may not resend, but it must look: the effect happened, and the
+    record must say so (not REFUSED while the ledger shows the refund)."""
+    target, admin = target_factory(1)
+    c = {"id": "case-rl", "target_url": target.url, "payment": PAYMENT, "tier": 1}
+    with Runtime(dsn) as rt:
+        dying = workers("W1", env={"ILR_KILL_AT": "effect_after_send"}, lease_ttl=1.5)
+        rt.start(flows.refund, "wf-rl", c)
+        wait_for(lambda: (rt.describe("wf-rl")["waiting"] or {}).get("signal") == "approve", 30,
+                 "the approval wait")  # fmt: skip
+        decided = rt.describe("wf-rl")["steps"][0]["output"]
+        grant = rt.approve("wf-rl", {"payment": PAYMENT, "amount": 2000}, decided["premises"],
+                           by="alice")  # fmt: skip
+        assert dying.proc.wait(timeout=30) == -signal.SIGKILL
+        eid = rt.effects("wf-rl")[0]["effect_id"]
+        assert rt.revoke(grant, by="bob") == [eid]  # it may still land: it already did
+        workers("W2", lease_ttl=1.5)
+        out = rt.result("wf-rl", timeout=40)
+        v = receipts.verify(rt.receipt(eid))
+    assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
+    assert len(admin.log(path="/refunds", method="POST")) == 1  # looked up, never resent
+    assert out["status"] == "COMMITTED_ON_QUERY"
+    assert v["happened"] is True
