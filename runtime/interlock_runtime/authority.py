@@ -40,6 +40,10 @@ class Refusal:
     ACTION = "action_mismatch"
     CONSTRAINT = "constraint"
     PAYLOAD = "payload_not_approved"
+    PRINCIPAL = "principal_mismatch"
+
+
+WORKFLOW_PRINCIPAL = "workflow:"  # an approval's principal: "workflow:<id>", that run alone
 
 
 def validate_constraints(constraints: Any) -> dict[str, dict[str, Any]] | None:
@@ -113,13 +117,27 @@ def constraint_violations(constraints: Any, payload: Any) -> list[str]:
     return out
 
 
+def principal_reason(principal: Any, grant_id: str, workflow_id: str | None) -> list[str]:
+    """A grant given to one workflow ("workflow:<id>", what an approval is) covers sends by
+    that workflow only; a policy grant's principal is the application's name for who may act,
+    which the runtime does not interpret."""
+    if workflow_id is None or not isinstance(principal, str):
+        return []
+    if principal.startswith(WORKFLOW_PRINCIPAL) and principal != WORKFLOW_PRINCIPAL + workflow_id:
+        return [f"{Refusal.PRINCIPAL}: grant {grant_id!r} was given to {principal}, and this "
+                f"send is by workflow {workflow_id!r} (approve this workflow's own proposal)"]  # fmt: skip
+    return []
+
+
 def refusal_reasons(grant: Mapping[str, Any] | None, grant_id: str, action: str,
-                    payload: Any, payload_hash: str) -> list[str]:  # fmt: skip
+                    payload: Any, payload_hash: str,
+                    workflow_id: str | None = None) -> list[str]:  # fmt: skip
     """Why `grant` (as ilr.lock_grant_for_share returns it in the dispatch transaction, with
-    `live` judged by the database clock) does not cover this send; empty when it does."""
+    `live` judged by the database clock) does not cover this send by `workflow_id`; empty
+    when it does."""
     if grant is None:
         return [f"{Refusal.NO_GRANT}: there is no grant {grant_id!r}"]
-    out = []
+    out = principal_reason(grant.get("principal"), grant_id, workflow_id)
     if grant["revoked_at"] is not None:
         out.append(f"{Refusal.REVOKED}: grant {grant_id!r} was revoked at "
                    f"{grant['revoked_at'].isoformat()}")  # fmt: skip

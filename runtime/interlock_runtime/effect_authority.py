@@ -26,11 +26,11 @@ def grant_snapshot(grant: db.Row | None, grant_id: str) -> dict[str, Any]:
 
 
 def grant_checks(
-    grant: db.Row | None, grant_id: str, action: str, payload: Any, ph: str
+    grant: db.Row | None, grant_id: str, action: str, payload: Any, ph: str, workflow_id: str
 ) -> dict[str, Any]:
-    """The authority check of a send, as the journal records it: lease_live (the grant covers
-    this send now), the grant's snapshot, and the reasons when it does not."""
-    reasons = authority.refusal_reasons(grant, grant_id, action, payload, ph)
+    """The authority check of a send by `workflow_id`, as the journal records it: lease_live
+    (the grant covers this send now), the grant's snapshot, and the reasons when it does not."""
+    reasons = authority.refusal_reasons(grant, grant_id, action, payload, ph, workflow_id)
     out: dict[str, Any] = {"lease_live": not reasons, "lease": grant_snapshot(grant, grant_id)}
     if reasons:
         out["refusals"] = reasons

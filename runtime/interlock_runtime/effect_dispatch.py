@@ -98,7 +98,7 @@ def _authorize(call: EffectCall, fence: db.Row, chain: Chain, decided_on: Any,
             "REFUSED:circuit_open", reason=f"circuit open for target {call.spec.name}"
         )
     grant = conn.execute(db.query("lock_grant_for_share"), {"grant": call.grant}).fetchone()
-    checks = grant_checks(grant, call.grant, call.action, call.payload, call.ph)
+    checks = grant_checks(grant, call.grant, call.action, call.payload, call.ph, port.workflow_id)
     if not checks["lease_live"]:
         why = "; ".join(checks["refusals"])
         chain.append("REFUSED", reason=why, checks=checks)

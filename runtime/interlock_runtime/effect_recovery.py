@@ -65,7 +65,7 @@ def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str],
         grant = conn.execute(db.query("lock_grant_for_share"),
                              {"grant": eff["grant_id"]}).fetchone()  # fmt: skip
         rechecked = grant_checks(grant, eff["grant_id"], call.action, eff["payload"],
-                                 eff["payload_hash"])  # fmt: skip
+                                 eff["payload_hash"], eff["workflow_id"])  # fmt: skip
         # The local SQL premises are read here, inside T_resolve, as T_dispatch reads them.
         local = (
             local_violations(conn, call.local_premises, call.eid) if rechecked["lease_live"] else []

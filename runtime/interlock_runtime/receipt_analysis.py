@@ -50,8 +50,10 @@ def ts_text(ts: Any) -> str:
         return repr(ts)
 
 
-def _grant_reasons(checks: Mapping[str, Any], payload: Any, ts: Any, lease: Any) -> list[str]:
-    """Why the recorded grant check does not show a live grant covering this payload at ts."""
+def _grant_reasons(checks: Mapping[str, Any], payload: Any, ts: Any, lease: Any,
+                   by: Any = None) -> list[str]:  # fmt: skip
+    """Why the recorded grant check does not show a live grant covering this payload, sent at
+    ts by the workflow `by` names, where the entry names one."""
     reasons: list[str] = []
     if checks.get("lease_live") is not True:
         reasons.append(
@@ -66,6 +68,9 @@ def _grant_reasons(checks: Mapping[str, Any], payload: Any, ts: Any, lease: Any)
         reasons.append(f"the snapshot is of grant {grant_id!r} but the entry names {lease!r}")
     if snap.get("revoked") is not None:
         reasons.append(f"grant {grant_id!r} was revoked ({snap.get('revoked')})")
+    sender = by.get("workflow_id") if isinstance(by, Mapping) else None
+    reasons += authority.principal_reason(snap.get("principal"), str(grant_id),
+                                          sender if isinstance(sender, str) else None)  # fmt: skip
     expires_at = snap.get("expires_at")
     if expires_at is not None:
         expiry = _epoch(expires_at)
@@ -123,7 +128,7 @@ def _send(
 ) -> dict[str, Any]:
     """The evidence of one send: its authority and premise checks, re-derived."""
     if isinstance(checks, Mapping):
-        grant_why = _grant_reasons(checks, payload, ts, lease)
+        grant_why = _grant_reasons(checks, payload, ts, lease, entry.get("by"))
         premise_why = _premise_reasons(checks)
         snapshot = checks.get("lease") if isinstance(checks.get("lease"), Mapping) else None
         violations = checks.get("violations")

@@ -59,6 +59,22 @@ def test_each_reason_is_named(changes: dict, action: str, code: str) -> None:
     assert len(got) == 1 and got[0].startswith(code), got
 
 
+def test_an_approval_covers_only_the_workflow_it_was_given_to() -> None:
+    mine = grant(principal="workflow:wf-a")
+    ph = payload_hash(EMAIL)
+    assert authority.refusal_reasons(mine, "g1", "send_email", EMAIL, ph, "wf-a") == []
+    other = authority.refusal_reasons(mine, "g1", "send_email", EMAIL, ph, "wf-b")
+    assert other == ["principal_mismatch: grant 'g1' was given to workflow:wf-a, and this send is "
+                     "by workflow 'wf-b' (approve this workflow's own proposal)"]  # fmt: skip
+    # "workflow:wf-a" is not a prefix match for "wf-ab"
+    assert authority.refusal_reasons(mine, "g1", "send_email", EMAIL, ph, "wf-ab") == other[:0] + [
+        other[0].replace("'wf-b'", "'wf-ab'")
+    ]
+    # a policy principal names who may act in the application's terms: not interpreted
+    policy = grant(principal="billing-agent")
+    assert authority.refusal_reasons(policy, "g1", "send_email", EMAIL, ph, "wf-b") == []
+
+
 def test_a_missing_grant_and_several_reasons_at_once() -> None:
     assert reasons(None) == ["no_grant: there is no grant 'g1'"]
     many = reasons(grant(revoked_at=NOW, live=False, constraints={"invoice.total": {"max": 1}}),

@@ -152,3 +152,22 @@ def test_a_grant_past_its_expiry_refuses_the_dispatch(dsn, workers, target_facto
     assert out["status"] == "REFUSED:lease"
     assert "expired" in out["reason"]
     assert admin.ledger()["refunds"] == [] and admin.log(path="/refunds", method="POST") == []
+
+
+def test_an_approval_given_to_one_workflow_does_not_cover_another(
+    dsn, workers, target_factory
+) -> None:
+    """A grant whose principal is workflow:wf-own (what an approval is) is refused, in
+    T_dispatch, to another workflow that knows its id; its own workflow may use it."""
+    target, admin = target_factory(2)
+    workers("W1", lease_ttl=3)
+    with Runtime(dsn) as rt:
+        grant = rt.grant("workflow:wf-own", "refund", by="alice")
+        for wf, key in (("wf-thief", "k-thief"), ("wf-own", "k-own")):
+            rt.start(flows.policy_refund, wf, {"id": key, "target_url": target.url,
+                     "payment": PAYMENT, "tier": 2, "payload": {"amount": 2000}, "grant": grant})  # fmt: skip
+        thief, own = rt.result("wf-thief", timeout=30), rt.result("wf-own", timeout=30)
+    assert thief["status"] == "REFUSED:lease" and "principal_mismatch" in thief["reason"]
+    assert own["status"] == "COMMITTED"
+    assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
+    assert len(admin.log(path="/refunds", method="POST")) == 1

@@ -326,6 +326,11 @@ def test_send_under_a_revoked_grant_is_not_authorized() -> None:
         ({"constraints": None, "max_cents": 1000}, "exceeds the grant's max_cents 1000"),
         ({"payload_hash": payload_hash({**PAYLOAD, "amount": 3000})}, "payload_hash"),
         ({"grant_id": "grant-other"}, "snapshot is of grant 'grant-other'"),
+        # an approval given to another workflow (the DISPATCHED entry's by is case-4471)
+        (
+            {"principal": "workflow:case-9999"},
+            "principal_mismatch: grant 'grant-approve-1' was given to workflow:case-9999",
+        ),
     ],
 )
 def test_each_grant_check_failure_is_reported(check_args: dict, words: str) -> None:
