@@ -36,6 +36,7 @@ from world import gitstate
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
 FAILED = re.compile(r"^FAILED (.+?)(?: - .*)?$", re.M)
+SKIPPED = re.compile(r"\b\d+ skipped\b")
 
 
 @dataclass
@@ -83,10 +84,12 @@ def _run_tests(
         return "timeout", [], out[-3000:]
     out = proc.stdout + proc.stderr
     failed = FAILED.findall(proc.stdout)
-    if proc.returncode == 0:
-        return "survived", [], out[-3000:]
     if proc.returncode == 1 and failed:  # a test failed; an error in setup is no kill
         return "killed", failed, out[-3000:]
+    if SKIPPED.search(proc.stdout):  # a skipped test judges nothing: not a pass either
+        return "error", failed, out[-3000:]
+    if proc.returncode == 0:
+        return "survived", [], out[-3000:]
     return "error", failed, out[-3000:]
 
 
