@@ -310,3 +310,57 @@ def verified_step(ctx, inp):
               "explode": lambda n: 1 / 0}  # fmt: skip
     return ctx.step("count", count_up, inp["path"], postcondition=checks[inp["check"]],
                     retry=RetryPolicy(initial=0.1, max_attempts=inp.get("max", 3)))  # fmt: skip
+
+
+# -- issue 22's mutant classes (test_zombie_fence, test_settle_window, test_falsy_replay,
+#    test_payload_binding) -------------------------------------------------------------------
+
+FALSY = {"none": None, "zero": 0, "empty_dict": {}, "empty_list": [], "empty_str": "",
+         "false": False}  # fmt: skip
+
+
+def logged(path: str, name: str, value):
+    """Append one line per body run (the count a replay must not raise), then return value."""
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": name, "pid": os.getpid()}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return value
+
+
+@workflow(name="falsy_steps", version="1")
+def falsy_steps(ctx, inp):
+    """One step per falsy JSON value, then one more; returns what the steps returned and the
+    type of each as this run saw it (0, False and None compare equal in places)."""
+    got = {name: ctx.step(name, logged, inp["log"], name, value) for name, value in FALSY.items()}
+    ctx.step("last", logged, inp["log"], "last", 1)
+    return {"values": got, "types": {k: type(v).__name__ for k, v in got.items()}}
+
+
+@workflow(name="redecided_refund", version="1")
+def redecided_refund(ctx, case):
+    """A person approves one payload; the workflow then re-decides the amount and offers the
+    new payload under the approval's grant (bound to the approved payload's hash)."""
+    target = refund_target(case)
+    approval = ctx.wait_approval(refund_agent.payload_for(case, case["amount"]), timeout=600)
+    amount = ctx.step("redecide", lambda a: a, case["redecided"])
+    r = ctx.effect(target, key=f"refund:{case['id']}", grant=approval["grant_id"],
+                   payload=refund_agent.payload_for(case, amount),
+                   premises=approval["facts_seen"])  # fmt: skip
+    return {"status": r.status, "effect_id": r.effect_id, "reason": r.reason}
+
+
+class DeafRefunds(LocalRefunds):
+    """EMULATED client bug: ignores the send timeout the runtime passes and waits up to 60 s
+    for the answer, so only the send watchdog bounds the send."""
+
+    def apply(self, effect_id, payload, *, worker=None, epoch=None, timeout=None):
+        return super().apply(effect_id, payload, worker=worker, epoch=epoch, timeout=60.0)
+
+
+@workflow(name="deaf_refund", version="1")
+def deaf_refund(ctx, case):
+    """policy_refund through a client that ignores its timeout."""
+    _, r = refund_agent.run_refund(ctx, case, target=refund_target(case, DeafRefunds),
+                                   capture=True, payload=case["payload"], authority="grant")  # fmt: skip
+    return {"status": r.status, "effect_id": r.effect_id, "reason": r.reason}
