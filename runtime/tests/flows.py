@@ -364,3 +364,13 @@ def deaf_refund(ctx, case):
     _, r = refund_agent.run_refund(ctx, case, target=refund_target(case, DeafRefunds),
                                    capture=True, payload=case["payload"], authority="grant")  # fmt: skip
     return {"status": r.status, "effect_id": r.effect_id, "reason": r.reason}
+
+
+@workflow(name="falsy_signals", version="1")
+def falsy_signals(ctx, inp):
+    """Five waits for signals with falsy payloads, one that times out (None), then a wait for
+    `finish`: every claim after a suspend replays the earlier waits."""
+    got = [ctx.wait_signal("value") for _ in range(5)]
+    got.append(ctx.wait_signal("never", timeout=inp.get("timeout", 0.2)))
+    ctx.wait_signal("finish")
+    return {"values": got, "types": [type(v).__name__ for v in got]}

@@ -42,3 +42,31 @@ def test_falsy_step_outputs_replay_without_running_their_bodies_again(
     assert out["values"] == flows.FALSY
     assert out["types"] == {"none": "NoneType", "zero": "int", "empty_dict": "dict",
                             "empty_list": "list", "empty_str": "str", "false": "bool"}  # fmt: skip
+
+
+def test_falsy_signal_payloads_and_a_timeout_replay_without_waiting_again(dsn, workers) -> None:
+    """A wait step is recorded when its row exists: a replay of a wait that received 0, {}, [],
+    "" or False, or that timed out (None), must return that, never wait (or consume) again."""
+    sent = [0, {}, [], "", False]
+    with Runtime(dsn) as rt:
+        rt.start(flows.falsy_signals, "wf-fsig", {"timeout": 0.2})
+        for payload in sent:
+            rt.signal("wf-fsig", "value", payload)
+        workers("W1")
+
+        def waiting_for_good() -> dict | None:
+            row = rt.describe("wf-fsig")
+            w = row["waiting"] or {}
+            return w if row["status"] == "sleeping" and w and w.get("until") is None else None
+
+        # The first wait with no timeout after the replays: `finish`, never `value` again.
+        w = wait_for(waiting_for_good, 30, "the workflow to wait with no timeout")
+        assert (w["name"], w["seq"]) == ("finish", 7), w
+        rt.signal("wf-fsig", "finish", {"go": True})
+        out = rt.result("wf-fsig", timeout=30)
+        consumed = rt._execute("select name, consumed_seq from ilr.signals "
+                               "where workflow_id = 'wf-fsig' order by id").fetchall()  # fmt: skip
+    assert out["values"] == [*sent, None]
+    assert out["types"] == ["int", "dict", "list", "str", "bool", "NoneType"]
+    assert [(c["name"], c["consumed_seq"]) for c in consumed] == [
+        ("value", 1), ("value", 2), ("value", 3), ("value", 4), ("value", 5), ("finish", 7)]  # fmt: skip
