@@ -25,7 +25,7 @@ HEADER = (
 )
 
 RUNTIME_ORDER = ("Workers", "Tier", "Queryable", "MODE", "BROKEN", "PAUSE", "SERVER_SLOW",
-                 "Events", "MaxClock", "LeaseTTL", "SendTimeout", "SettleMargin", "DedupAge",
+                 "TWO_EFFECTS", "SHARED_GRANT", "Events", "MaxClock", "LeaseTTL", "SendTimeout", "SettleMargin", "DedupAge",
                  "DedupMargin", "MaxCrashes", "MaxAttempts", "URGENT")  # fmt: skip
 
 
