@@ -189,12 +189,16 @@ def _outside_bounds(constraints: Any, payload: Any) -> list[str]:
 
 
 def _not_covered(grant: dict | None, gid: str | None, t: float, payload: Any,
-                 action: str | None) -> list[str]:  # fmt: skip
-    """Why the grant row does not cover a send authorized at database time t (empty: it
-    does): unrevoked and unexpired at t, the action, the bounds, the approved payload."""
+                 action: str | None, sender_wf: str | None = None) -> list[str]:  # fmt: skip
+    """Why the grant row does not cover a send authorized at database time t by workflow
+    sender_wf (empty: it does): unrevoked and unexpired at t, an approval's own workflow
+    (principal workflow:<id>), the action, the bounds, the approved payload."""
     if grant is None:
         return [f"no grant {gid!r}"]
     out = []
+    principal = grant["principal"] or ""
+    if sender_wf and principal.startswith("workflow:") and principal != f"workflow:{sender_wf}":
+        out.append(f"grant {gid} was given to {principal}, the send was {sender_wf}'s")
     if grant["revoked_at"] is not None and _ts(grant["revoked_at"]) <= t:
         out.append(f"grant {gid} revoked at {_ts(grant['revoked_at']):.3f}")
     if grant["expires_at"] is not None and _ts(grant["expires_at"]) <= t:
@@ -219,13 +223,14 @@ def _authorizations(entries: list[dict], eff: dict) -> list[dict]:
         if e["kind"] == "DISPATCHED":
             grant = e.get("lease") or eff["grant_id"]
             payload = e["effect"] if "effect" in e else eff["payload"]
+            sender = (e.get("by") or {}).get("workflow_id")
             out.append({"ts": e["ts"], "grant": grant, "payload": payload, "resend": False,
-                        "after_open": open_})  # fmt: skip
+                        "after_open": open_, "sender": sender})  # fmt: skip
             open_ = True
         elif e["kind"] == "COMMITTED" and e.get("via") in RESEND_VIA:
             at = (e.get("rechecked") or {}).get("ts", e["ts"])
             out.append({"ts": at, "grant": grant, "payload": eff["payload"], "resend": True,
-                        "after_open": True})  # fmt: skip
+                        "after_open": True, "sender": eff["dispatch_workflow_id"]})  # fmt: skip
             open_ = False
         elif e["kind"] in ("COMMITTED", "AMBIGUOUS", "REFUSED"):
             open_ = False
@@ -448,7 +453,9 @@ def no_send_under_revoked_grant(ev: Evidence) -> list[str]:
     for eid, entries in ev.entries().items():
         action = _action(ev, eid)
         for a in _authorizations(entries, effects[eid]):
-            why = _not_covered(grants.get(a["grant"]), a["grant"], a["ts"], a["payload"], action)
+            why = _not_covered(
+                grants.get(a["grant"]), a["grant"], a["ts"], a["payload"], action, a["sender"]
+            )
             if why:
                 out.append(f"{eid}: a send at {a['ts']:.3f} was not under a live grant: "
                            + "; ".join(why))  # fmt: skip
@@ -535,7 +542,9 @@ def recovery_rechecks(ev: Evidence) -> list[str]:
         for a in _authorizations(entries, effects[eid]):
             if not a["resend"]:
                 continue
-            why = _not_covered(grants.get(a["grant"]), a["grant"], a["ts"], a["payload"], action)
+            why = _not_covered(
+                grants.get(a["grant"]), a["grant"], a["ts"], a["payload"], action, a["sender"]
+            )
             if why:
                 out.append(f"{eid}: a resend at {a['ts']:.3f} without a live grant: "
                            + "; ".join(why))  # fmt: skip

@@ -67,14 +67,15 @@ def effect(conn, eid: str = "eff_1", tier: int = 2, state: str = "committed", am
 
 def grant(conn, gid: str = "g1", revoked: float | None = None, expires: float | None = None,
           action: str | None = "refund", constraints: dict | None = None,
-          approves: dict | None = None) -> None:  # fmt: skip
+          approves: dict | None = None, principal: str = "agent") -> None:  # fmt: skip
     conn.execute("insert into ilr.grants (id, principal, action, granted_by, revoked_at, "
                  "expires_at, constraints, payload_hash) "
-                 "values (%s, 'agent', %s, 'policy', %s, %s, %s, %s) "
+                 "values (%s, %s, %s, 'policy', %s, %s, %s, %s) "
                  "on conflict (id) do update set revoked_at = excluded.revoked_at, "
                  "expires_at = excluded.expires_at, action = excluded.action, "
-                 "constraints = excluded.constraints, payload_hash = excluded.payload_hash",
-                 (gid, action, at(revoked) if revoked is not None else None,
+                 "constraints = excluded.constraints, payload_hash = excluded.payload_hash, "
+                 "principal = excluded.principal",
+                 (gid, principal, action, at(revoked) if revoked is not None else None,
                   at(expires) if expires is not None else None,
                   json.dumps(constraints) if constraints is not None else None,
                   journal.payload_hash(approves) if approves is not None else None))  # fmt: skip
@@ -309,8 +310,9 @@ def test_every_check_holds_on_an_empty_database_or_says_what_it_needs(conn) -> N
         {"constraints": {"amount": {"max": 1000}}},  # the payload is above the grant's bound
         {"approves": {"amount": 1500}},  # an approval of another payload
         {"action": "payout"},  # the target did a refund
+        {"principal": "workflow:other"},  # an approval of another workflow's proposal
     ],
-    ids=["expired", "constraint", "other_payload", "other_action"],
+    ids=["expired", "constraint", "other_payload", "other_action", "other_workflow"],
 )
 def test_send_the_grant_row_does_not_cover_is_caught(conn, grant_row: dict) -> None:
     seed(conn)
