@@ -35,8 +35,9 @@ from typing import Any
 
 import psycopg
 
+from prove import lateness
 from prove.scenario import FAMILY, Scenario, Variant
-from world import gitstate, lateness
+from world import gitstate
 from world.model_stub import ModelStub
 from world.target import Target
 from world.target_client import TargetAdmin
