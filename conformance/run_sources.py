@@ -109,8 +109,10 @@ def durable_source(s: _Session, rt: Runtime) -> None:
                          and e.get("seq") == 2 for e in a.events()), 30, "d-kill s2")  # fmt: skip
     a.signal(signal.SIGKILL)
     a.proc.wait(10)
-    z = s.worker("Z", lease_ttl=1.5)
-    rt.start(flows.three_steps, "d-zombie", {"log": log("d-zombie"), "sleep": {"s1": 4}})
+    # Z serves d-zombie alone: it is SIGSTOPped at a moment nobody chooses, and a pause inside
+    # another run it held (between its local lease check and a step body) would lift A1 there.
+    z = s.worker("Z", lease_ttl=1.5, extra_args=("--only", "zombie_steps@1"))
+    rt.start(flows.zombie_steps, "d-zombie", {"log": log("d-zombie"), "sleep": {"s1": 4}})
     wait_for(lambda: any(e.get("wf") == "d-zombie" and e.get("event") == "step_started"
                          for e in z.events()), 30, "d-zombie s1")  # fmt: skip
     z.signal(signal.SIGSTOP)

@@ -374,3 +374,10 @@ def falsy_signals(ctx, inp):
     got.append(ctx.wait_signal("never", timeout=inp.get("timeout", 0.2)))
     ctx.wait_signal("finish")
     return {"values": got, "types": [type(v).__name__ for v in got]}
+
+
+@workflow(name="zombie_steps", version="1")
+def zombie_steps(ctx, inp):
+    """three_steps under its own name, for a worker that must hold this run and no other (one
+    SIGSTOPped to become a zombie: a pause inside any other run it held would lift A1 there)."""
+    return three_steps(ctx, inp)
