@@ -526,16 +526,68 @@ def revoke_linearizable(ev: Evidence) -> list[str]:
     return out
 
 
+# A refund created this long before a premise read arrived at the target is visible to it; one
+# created later may or may not be (the read and the write race inside the target).
+PREMISE_READ_MARGIN = 0.25
+
+
+def _premise_reads(log: list[dict], target: Any, payment: str) -> list[float]:
+    """Arrival times of the reads of `payment` at one target (the world's premise reads)."""
+    paths = {f"/payments/{payment}", f"/v1/payment_intents/{payment}"}
+    return sorted(r["arrival"] for r in log
+                  if r.get("target") == target and r["method"] == "GET"
+                  and r["path"].rstrip("/") in paths)  # fmt: skip
+
+
+def _stale_sends(ev: Evidence) -> list[tuple[str, bool, str]]:
+    """Each refund request that reached the target, judged from the target's own records: the
+    premise read that preceded it at that target (the latest GET of the payment) must have
+    seen refunded_by_others as the send was decided on (the DISPATCHED entry's premises). The
+    refunds the read certainly saw are those created PREMISE_READ_MARGIN before it; the ones
+    it may have seen are those created before it ended. A violation needs every value the
+    read could have returned, with or without the effect's own refund, to differ from the
+    decided one. Returns (effect, is a resend, why)."""
+    log, ledger = ev.need("access_log"), ev.need("ledger")
+    out = []
+    for eid, entries in ev.entries().items():
+        decisions = [(e["ts"], e.get("premises")) for e in entries if e["kind"] == "DISPATCHED"]
+        for n, post in enumerate(ev.posts()[eid]):
+            earlier = [p for ts, p in decisions if ts <= post["arrival"]] or [
+                p for _, p in decisions[:1]]  # fmt: skip
+            premises = earlier[-1] if earlier else None
+            if not isinstance(premises, dict) or not {"payment", "refunded_by_others"} <= set(
+                premises
+            ):
+                continue
+            target, payment = post.get("target"), premises["payment"]
+            reads = [a for a in _premise_reads(log, target, payment) if a < post["arrival"]]
+            if not reads:
+                continue  # no read of this payment at this target: nothing to judge it by
+            read = reads[-1]
+            rows = [r for r in ledger if r.get("target") == target and r["payment"] == payment]
+            seen = [r for r in rows if r["created"] < read - PREMISE_READ_MARGIN]
+            maybe = [r for r in rows if r["created"] < post["arrival"]]
+            low = sum(r["amount"] for r in seen if r.get("key") != eid)
+            high = sum(r["amount"] for r in maybe)
+            decided = premises["refunded_by_others"]
+            if isinstance(decided, (int, float)) and not low <= decided <= high:
+                out.append((eid, n > 0, f"{eid}: request {n + 1} reached the target at "
+                            f"{post['arrival']:.3f}, after a premise read at {read:.3f} that saw "
+                            f"refunded_by_others between {low} and {high}; it was decided on "
+                            f"{decided}"))  # fmt: skip
+    return out
+
+
 def no_send_on_stale_premise(ev: Evidence) -> list[str]:
-    return [f"{eid}: a send at {s['ts']:.3f} had premise violations {s['checks'].get('violations')}"
-            for eid, entries in ev.entries().items() for s in _sends(entries)
-            if s["checks"].get("violations") != []]  # fmt: skip
+    """No request reaches the target after a premise read that saw the premises changed (the
+    target's access log and ledger; see _stale_sends)."""
+    return [why for _, _, why in _stale_sends(ev)]
 
 
 def recovery_rechecks(ev: Evidence) -> list[str]:
     """Every resend was decided in a T_resolve whose grant covered it by the grant row, at
-    the database time of that T_resolve, and whose premise re-check passed (the recorded
-    premise violations: see the module's notes)."""
+    the database time of that T_resolve, and no resend reached the target after a premise
+    read that saw the premises changed (the target's own records: _stale_sends)."""
     out, grants, effects = [], ev.grants(), ev.effects()
     for eid, entries in ev.entries().items():
         action = _action(ev, eid)
@@ -548,9 +600,7 @@ def recovery_rechecks(ev: Evidence) -> list[str]:
             if why:
                 out.append(f"{eid}: a resend at {a['ts']:.3f} without a live grant: "
                            + "; ".join(why))  # fmt: skip
-        for s in _sends(entries):
-            if s["resend"] and s["checks"].get("violations") != []:
-                out.append(f"{eid}: a resend without a passing premise re-check")
+    out += [f"a resend on a stale premise: {why}" for _, resend, why in _stale_sends(ev) if resend]
     return out
 
 

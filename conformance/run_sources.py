@@ -56,11 +56,14 @@ class RunRecord:
     def events(self) -> list[dict]:
         return [e for w in self.workers for e in w.events()]
 
+    # Each row names its target: the same payment lives on several targets here, and a premise
+    # read at one says nothing about another's ledger (invariants._stale_sends).
     def ledger(self) -> list[dict]:
-        return [r for t in self.targets for r in TargetAdmin(t.url).ledger()["refunds"]]
+        return [dict(r, target=t.url) for t in self.targets
+                for r in TargetAdmin(t.url).ledger()["refunds"]]  # fmt: skip
 
     def access_log(self) -> list[dict]:
-        return [r for t in self.targets for r in TargetAdmin(t.url).log()]
+        return [dict(r, target=t.url) for t in self.targets for r in TargetAdmin(t.url).log()]
 
 
 class _Session:

@@ -181,7 +181,7 @@ def test_committed_without_application_is_caught(conn) -> None:
     assert run(conn, "CommittedImpliesApplied", ledger=[{"key": "eff_1", "amount": 2000}]) == []
 
 
-def test_sends_under_revoked_grant_and_stale_premises_are_caught(conn) -> None:
+def test_sends_under_revoked_grant_are_caught(conn) -> None:
     seed(conn)
     grant(conn, revoked=0.5)
     effect(conn, state="dispatched")
@@ -190,7 +190,6 @@ def test_sends_under_revoked_grant_and_stale_premises_are_caught(conn) -> None:
                           dispatched(violations=["refunded_by_others changed: 0 -> 2000"])])  # fmt: skip
     assert run(conn, "RevokeLinearizable", revokes=[{"grant": "g1", "returned": ["eff_1"]}])
     assert run(conn, "NoSendUnderRevokedGrant")
-    assert run(conn, "NoSendOnStalePremise")
 
 
 def test_resend_without_recheck_and_second_commit_are_caught(conn) -> None:
@@ -203,7 +202,7 @@ def test_resend_without_recheck_and_second_commit_are_caught(conn) -> None:
                           {"kind": "COMMITTED", "via": "retry-idempotent", "result": {},
                            "rechecked": {"lease_live": False, "violations": []}},
                           {"kind": "COMMITTED", "result": {}}])  # fmt: skip
-    assert run(conn, "RecoveryRechecks")
+    assert run(conn, "RecoveryRechecks", ledger=[], access_log=[])
     assert run(conn, "AtMostOneCommit")
 
 
@@ -341,7 +340,7 @@ def test_resend_after_the_grant_was_revoked_is_caught(conn) -> None:
     claim(conn, "wf", 2, 3.2, prev="running", prev_lease=3)
     chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
                           {**resend(4), "ts": at(4.5).timestamp()}])  # fmt: skip
-    assert run(conn, "RecoveryRechecks")
+    assert run(conn, "RecoveryRechecks", ledger=[], access_log=[])
     assert run(conn, "NoSendUnderRevokedGrant")
 
 
@@ -424,3 +423,68 @@ def test_a_request_from_a_sender_without_a_claim_is_caught(conn) -> None:
         assert run(conn, "SendRequiresLiveClaim", access_log=[{**post(2.1, 2.2), **sender}])
     good = {**post(2.1, 2.2), "worker": "w1", "epoch": "1"}
     assert run(conn, "SendRequiresLiveClaim", access_log=[good]) == []
+
+
+def _read(arrival: float, payment: str = "pay_1", target: str | None = None) -> dict:
+    return {"method": "GET", "path": f"/payments/{payment}", "key": None, "target": target,
+            "arrival": at(arrival).timestamp(), "end": at(arrival + 0.01).timestamp()}  # fmt: skip
+
+
+def _hand(created: float, amount: int = 500, target: str | None = None) -> dict:
+    return {"payment": "pay_1", "amount": amount, "key": None, "source": "hand",
+            "created": at(created).timestamp(), "target": target}  # fmt: skip
+
+
+def _decided(others: int) -> dict:
+    d = dispatched()  # the runtime's own record: no violations
+    d["premises"] = {"payment": "pay_1", "refunded_by_others": others}
+    return d
+
+
+@pytest.mark.parametrize(
+    ("hand_at", "read_at", "stale"),
+    [
+        (2.0, 3.0, True),  # refunded by hand, then read, then sent: the read saw it
+        (3.5, 3.0, False),  # refunded by hand after the read: inside A3's window, not stale
+        (2.9, 3.0, False),  # within the margin before the read: it may not have seen it
+        (None, 3.0, False),  # nothing changed
+    ],
+)
+def test_a_send_after_a_read_that_saw_the_premise_change_is_caught(
+    conn, hand_at, read_at, stale
+) -> None:
+    """The journal's recorded check says the premises held ({violations: []}); only the target's
+    access log (the read) and ledger (the hand refund) tell."""
+    seed(conn)
+    effect(conn)
+    claim(conn, "wf", 1, 0)
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, _decided(0)])  # DISPATCHED at t=2
+    ledger = [_hand(hand_at)] if hand_at is not None else []
+    log = [_read(read_at), post(4.0, 4.1)]
+    ledger.append({"payment": "pay_1", "amount": 2000, "key": "eff_1", "source": "api",
+                   "created": at(4.05).timestamp(), "target": None})  # fmt: skip
+    got = run(conn, "NoSendOnStalePremise", ledger=ledger, access_log=log)
+    assert bool(got) == stale, got
+
+
+def test_a_read_at_another_target_says_nothing_about_this_one(conn) -> None:
+    seed(conn)
+    effect(conn)
+    claim(conn, "wf", 1, 0)
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, _decided(0)])
+    sent = dict(post(4.0, 4.1), target="A")
+    log = [_read(3.0, target="A"), sent]
+    assert run(conn, "NoSendOnStalePremise", ledger=[_hand(1.0, target="B")], access_log=log) == []
+    assert run(conn, "NoSendOnStalePremise", ledger=[_hand(1.0, target="A")], access_log=log)
+
+
+def test_a_resend_after_a_read_that_saw_the_change_is_caught_by_recovery_rechecks(conn) -> None:
+    seed(conn)
+    grant(conn)
+    effect(conn, tier=1)
+    claim(conn, "wf", 1, 0)
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, _decided(0), resend(5.0)])
+    log = [_read(1.5), post(2.5, None), _read(5.5), post(6.0, 6.1)]  # the first send was lost
+    ledger = [_hand(4.0)]
+    assert run(conn, "RecoveryRechecks", ledger=ledger, access_log=log)
+    assert run(conn, "RecoveryRechecks", ledger=[], access_log=log) == []

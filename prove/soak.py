@@ -342,9 +342,9 @@ class Soak:
 
     def read_world(self) -> tuple[list, list]:
         ledger, log = [], []
-        for t in self.targets.values():
-            ledger += t.admin.ledger()["refunds"]
-            log += t.admin.log()
+        for t in self.targets.values():  # each row names its target (invariants._stale_sends)
+            ledger += [dict(r, target=t.admin.url) for r in t.admin.ledger()["refunds"]]
+            log += [dict(r, target=t.admin.url) for r in t.admin.log()]
         return ledger, log
 
     def invariants(self) -> dict:
