@@ -656,11 +656,12 @@ def rejudge(cat, results: list[dict]) -> None:
 # ---------------------------------------------------------------------- the spec's sizes
 FULL = MODELS / "full.yaml"
 FULL_STATE = MODELS / ".tlc-full"
+# TLC's periodic progress report.  In simulation mode it reads "Progress(-1) at ...: N states
+# generated, -1 distinct states found, -1 states left on queue" (N: states checked so far).
 PROGRESS = re.compile(
-    r"Progress\((\d+)\).*?:\s*([\d,]+) states generated.*?([\d,]+) distinct states found"
-    r".*?([\d,]+) states left on queue"
+    r"Progress\((-?\d+)\).*?:\s*([\d,]+) states generated.*?(-?[\d,]+) distinct states found"
+    r".*?(-?[\d,]+) states left on queue"
 )
-SIM_PROGRESS = re.compile(r"([\d,]+) states checked,\s*([\d,]+) traces generated")
 
 
 def load_full(path: Path = FULL) -> dict:
@@ -695,15 +696,15 @@ def _num(s: str) -> int:
 
 def parse_progress(text: str) -> dict:
     """The last progress report of an interrupted run: exhaustive (depth, generated, distinct,
-    queue) or simulation (states checked, traces)."""
+    queue) or simulation (states checked)."""
     out: dict = {}
     found = PROGRESS.findall(text)
     if found:
         d, g, n, q = found[-1]
-        out.update(depth=int(d), generated=_num(g), distinct=_num(n), queue=_num(q))
-    sim = SIM_PROGRESS.findall(text)
-    if sim:
-        out.update(states_checked=_num(sim[-1][0]), traces=_num(sim[-1][1]))
+        if int(d) < 0:  # simulation
+            out.update(states_checked=_num(g))
+        else:
+            out.update(depth=int(d), generated=_num(g), distinct=_num(n), queue=_num(q))
     return out
 
 
@@ -741,6 +742,8 @@ def check_full(cat, name: str, spec: dict, opts) -> dict:
     """One config at the spec's sizes: the exhaustive hold run (resumed from its checkpoint),
     then the simulation runs."""
     cfg = full_config(cat, name, spec)
+    if cfg.name not in {c.name for c in cat.configs}:
+        cat.configs.append(cfg)  # gen_cfg renders a run by its config's name
     hold = next((r for r in cat.plan(cfg) if r.purpose == "hold"), None)
     res: dict = {"name": cfg.name, "base": name, "constants": gen_cfg.constants(cat, cfg),
                  "events": list(cfg.events), "toggles": list(cfg.toggles),
@@ -751,7 +754,9 @@ def check_full(cat, name: str, spec: dict, opts) -> dict:
         return res
     outdir = FULL_STATE / "cfg"
     path = gen_cfg.write_run(cat, hold, outdir)
-    text = path.read_text()
+    # No witness constraint: its TLCGet registers, set by an ASSUME, are not restored by
+    # -recover nor shared with simulation workers.  Witnesses are shown by the matrix runs.
+    text = path.read_text().replace("CONSTRAINT Witnesses\n", "")
     if "view" in spec.get("reductions", []):
         text += "VIEW View\n"
     if "symmetry" not in spec.get("reductions", []):
@@ -765,7 +770,7 @@ def check_full(cat, name: str, spec: dict, opts) -> dict:
         shutil.rmtree(metadir)
     metadir.mkdir(parents=True, exist_ok=True)
     tla = path.with_suffix(".tla")
-    extra = ["-checkpoint", str(spec["checkpoint_minutes"])]
+    extra = ["-checkpoint", str(opts.checkpoint_minutes or spec["checkpoint_minutes"])]
     if resumed:
         extra += ["-recover", str(_checkpoint_dir(metadir))]
     cmd = [str(RUN_TLC), "-workers", str(opts.workers), "-heap", opts.heap, "-metadir",
@@ -790,7 +795,9 @@ def check_full(cat, name: str, spec: dict, opts) -> dict:
         f"depth {ex['depth']}, queue {ex['queue']}, {secs}s")  # fmt: skip
     sim = spec["simulate"]
     sim_path = outdir / f"{cfg.name}__sim.cfg"
-    sim_path.write_text(path.read_text().replace("VIEW View\n", ""))
+    # no VIEW: simulation stores no states
+    sim_cfg = path.read_text().replace("VIEW View\n", "")
+    sim_path.write_text(sim_cfg)
     sim_tla = sim_path.with_suffix(".tla")
     sim_tla.write_text(tla.read_text().replace(f"MODULE {tla.stem} ", f"MODULE {sim_tla.stem} "))
     for seed in sim["seeds"]:
@@ -804,7 +811,7 @@ def check_full(cat, name: str, spec: dict, opts) -> dict:
         res["simulations"].append({
             "seed": seed, "depth": sim["depth"], "seconds": secs,
             "tlc_options": f"-simulate -depth {sim['depth']} -seed {seed}",
-            "states_checked": p.get("states_checked"), "traces": p.get("traces"),
+            "states_checked": p.get("states_checked"),
             "violated": o["violated"], "errors": [] if rc is None else o["errors"],
         })  # fmt: skip
     return res
@@ -824,6 +831,10 @@ def write_full_report(results: list[dict], spec: dict, opts, wall: float) -> Non
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "runtime_tlc_full.json").write_text(json.dumps(doc, indent=1) + "\n")
     (RESULTS / "runtime_tlc_full.md").write_text(render_full(doc))
+
+
+def _fmt(n) -> str:
+    return "-" if n is None else f"{n:,}"
 
 
 def render_full(doc: dict) -> str:
@@ -852,17 +863,18 @@ def render_full(doc: dict) -> str:
             result = "complete, holds" if ex.get("complete") else "partial (budget)"
         n = ex.get("distinct")
         md.append(f"| {r['name']} | {sizes} | {result} | {'-' if n is None else f'{n:,}'} "
-                  f"| {ex.get('depth', '-')} | {ex.get('queue', '-')} | {ex.get('seconds', '-')} "
+                  f"| {ex.get('depth', '-')} | {_fmt(ex.get('queue'))} | {ex.get('seconds', '-')} "
                   f"| {ex.get('budget_seconds', '-')} | {ex.get('resumed', False)} |")  # fmt: skip
     md += ["", "## Simulation runs", "",
-           "| config | TLC options | states checked | traces | result | time (s) |",
-           "|---|---|---:|---:|---|---:|"]  # fmt: skip
+           "| config | TLC options | states checked | result | time (s) |",
+           "|---|---|---:|---|---:|"]  # fmt: skip
     for r in doc["configs"]:
         for s in r.get("simulations", []):
             result = f"V {s['violated']}" if s.get("violated") else (
                 "ERROR" if s.get("errors") else "no violation")  # fmt: skip
-            md.append(f"| {r['name']} | `{s['tlc_options']}` | {s.get('states_checked') or '-'} "
-                      f"| {s.get('traces') or '-'} | {result} | {s['seconds']} |")  # fmt: skip
+            n = s.get("states_checked")
+            md.append(f"| {r['name']} | `{s['tlc_options']}` | {'-' if n is None else f'{n:,}'} "
+                      f"| {result} | {s['seconds']} |")  # fmt: skip
     return "\n".join(md) + "\n"
 
 
@@ -899,6 +911,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true", help="with --full: ignore checkpoints")
     ap.add_argument("--budget-minutes", type=float, default=None,
                     help="with --full: per config (default: models/full.yaml)")  # fmt: skip
+    ap.add_argument("--checkpoint-minutes", type=int, default=None,
+                    help="with --full: TLC checkpoint interval (default: models/full.yaml)")  # fmt: skip
     ap.add_argument("--sim-minutes", type=float, default=None,
                     help="with --full: per simulation seed (default: models/full.yaml)")  # fmt: skip
     opts = ap.parse_args(argv)

@@ -101,8 +101,11 @@ def test_progress_of_an_interrupted_run_is_parsed():
     )
     p = tlc.parse_progress(text)
     assert p == {"depth": 17, "generated": 1234567, "distinct": 345678, "queue": 12345}
-    sim = tlc.parse_progress("Progress: 98,765 states checked, 321 traces generated")
-    assert sim["states_checked"] == 98765 and sim["traces"] == 321
+    sim = tlc.parse_progress(
+        "Progress(-1) at 2026-01-01 00:01:00: 3561492 states generated, -1 distinct states "
+        "found, -1 states left on queue."
+    )
+    assert sim == {"states_checked": 3561492}
 
 
 def test_full_report_states_partial_runs_and_seeds():
@@ -115,7 +118,7 @@ def test_full_report_states_partial_runs_and_seeds():
                                        "resumed": True, "violated": None, "errors": []},
                         "simulations": [{"seed": 7, "depth": 120, "seconds": 30,
                                          "tlc_options": "-simulate -depth 120 -seed 7",
-                                         "states_checked": 900, "traces": 8,
+                                         "states_checked": 900,
                                          "violated": None, "errors": []}]}]}  # fmt: skip
     md = tlc.render_full(doc)
     assert "partial (budget)" in md and "5,000" in md and "-seed 7" in md
