@@ -30,7 +30,8 @@ SignalExactlyOnceConsumed NoLostWakeup VersionPinned NonDeterminismLoud ForkNeve
 Termination EffectResolved PremiseTrueAtSend""".split()
 BROKEN = """NaiveRecovery NoFencing GrantCheckOutsideTxn CommitWithoutCheckpoint RecoverBeforeDeadline
 StopwatchAfterDispatch LateAckDropped WakeOnlyIfSleeping NoLocalLeaseCheck
-ThinDedupMargin""".split()
+ThinDedupMargin EarlyTakeover FenceWithoutEpoch UnfencedCommit RevokeListByDeadline
+NoLocalRecheck""".split()
 
 
 def test_catalog_has_every_contract_name(cat):
