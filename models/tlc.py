@@ -776,7 +776,7 @@ def check_full(cat, name: str, spec: dict, opts) -> dict:
     cmd = [str(RUN_TLC), "-workers", str(opts.workers), "-heap", opts.heap, "-metadir",
            str(metadir), str(tla), str(path), *extra]  # fmt: skip
     budget = 60 * (opts.budget_minutes or spec["budget_minutes"])
-    log(f"  {cfg.name}: exhaustive{' (resumed)' if resumed else ''}, budget {budget / 60:.0f} min")
+    log(f"  {cfg.name}: exhaustive{' (resumed)' if resumed else ''}, budget {budget / 60:g} min")
     text, rc, secs = run_budgeted(cmd, budget)
     out = parse_output(text, rc if rc is not None else -1)
     prog = parse_progress(text)
