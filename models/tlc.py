@@ -39,6 +39,7 @@ from pathlib import Path
 
 from models import catalog as catalog_mod
 from models import gen_cfg
+from world import gitstate
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
@@ -460,23 +461,14 @@ def _cell(e: dict) -> str:
     return o if e["agree"] else f"**{o}** ✗"
 
 
-def _git(*args: str) -> str | None:
-    try:
-        p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-    except OSError:
-        return None
-    return p.stdout.strip() if p.returncode == 0 else None
-
-
 def git_commit() -> str:
-    return _git("rev-parse", "--short", "HEAD") or "unknown"
+    return gitstate.commit()[:7] or "unknown"
 
 
-def git_dirty() -> bool | None:
-    """True when a tracked or untracked file outside results/ differs from the commit (the rule
-    of prove/gitstate.py: generated results do not make the code dirty); None without git."""
-    out = _git("status", "--porcelain", "--", ".", ":!results")
-    return None if out is None else bool(out)
+def git_dirty() -> bool:
+    """True when a tracked or untracked file outside results/ differs from the commit (the one
+    rule of world/gitstate.py, which every report uses)."""
+    return gitstate.dirty()
 
 
 def provenance(commit: str, dirty: bool | None) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 
 from models import tlc
+from world import gitstate
 
 
 def _config(name: str, runs: list[tuple[str, list[str], int]], **kw) -> dict:
@@ -68,7 +69,7 @@ def test_git_dirty_follows_the_tree(tmp_path, monkeypatch):
     (repo / "a.txt").write_text("1\n")
     subprocess.run(["git", "add", "a.txt"], cwd=repo, check=True)
     subprocess.run(["git", "commit", "-qm", "a"], cwd=repo, check=True)
-    monkeypatch.setattr(tlc, "ROOT", repo)
+    monkeypatch.setattr(gitstate, "REPO", repo)
     assert tlc.git_dirty() is False
     (repo / "results").mkdir()
     (repo / "results" / "out.md").write_text("generated\n")
