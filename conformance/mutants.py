@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from interlock_runtime import testing
+from models import catalog as catalog_mod
 from models import mutant_catalog
 from models.mutant_catalog import Mutant
 from world import gitstate
@@ -205,6 +206,15 @@ def _md(res: dict) -> str:
         killers = "<br>".join(f"`{k}`" for k in r["killed_by"]) or "-"
         out.append(f"| {r['name']} | {r['area']} | {', '.join(r['invariants'])} | {model} "
                    f"| {verdict} | {killers} | {r['seconds']:.1f} |")  # fmt: skip
+    out += ["", "## By invariant", "",
+            "Each catalog invariant with the BROKEN model variants the catalog names for it "
+            "(`broken_by`) and the code mutants that break it.", "",
+            "| invariant | BROKEN model variants | code mutants |", "|---|---|---|"]  # fmt: skip
+    for name, inv in catalog_mod.load().invariants.items():
+        mutants = [r["name"] for r in rows if name in r["invariants"]]
+        if inv.broken_by or mutants:
+            out.append(f"| {name} | {', '.join(inv.broken_by) or '-'} "
+                       f"| {', '.join(mutants) or '-'} |")  # fmt: skip
     out += ["", "## What each mutant does", ""]
     for r in rows:
         out.append(f"- **{r['name']}**: {r['meaning']}")
