@@ -29,18 +29,26 @@ from models import tlc
 ROOT = Path(__file__).resolve().parents[1]
 
 OUT = Path(__file__).resolve().parent / "sim_traces"
-# Correct interlock configs: every tier, both event groups (G1: revoke, hand refund, cancel;
-# G2: prune, redecide, revoke).
+# Correct interlock configs: every tier, the three event groups (G1: revoke, hand refund,
+# cancel; G2: prune, redecide, revoke; G3: partial hand refund, local_change, cancel), and both
+# two-effect configs (TWO_EFFECTS under two grants, and under one: SHARED_GRANT).
 CONFIGS = ("Interlock_t2_G1", "Interlock_t1q_G1", "Interlock_t3_G1", "Interlock_t1q_G2",
-           "Interlock_t1_G2", "Interlock_t2_G2")  # fmt: skip
-DEPTHS = (14, 18, 22, 26)
-BASE_SEED = 20260601
+           "Interlock_t1_G2", "Interlock_t2_G2", "Interlock_t2_G3", "Interlock_t1_G3",
+           "TwoEffects_t2", "TwoEffects_t1q_Shared")  # fmt: skip
+# Heartbeat steps (world actions since the model's commit 024297c) take a share of the depth.
+DEPTHS = (16, 20, 24, 28)
+BASE_SEED = 20261201
+# A second effect takes about ten more protocol steps (read, dispatch, send, answer, commit).
+TWO_EFFECTS_DEPTH = 12
 
 
 def render(cat, cfg, depth: int, module: str, with_send: bool) -> tuple[str, str]:
     """(wrapper module, cfg) for one simulation run. with_send: only a behaviour in which a
-    request went on the wire ends the run (random walks often revoke or cancel first)."""
-    stop = f'TLCGet("level") < {depth}' + (" \\/ sends = 0" if with_send else "")
+    request went on the wire ends the run (random walks often revoke or cancel first); with
+    TWO_EFFECTS, a request of the second effect (requiring one of each is too rare a walk:
+    a revoke early in it refuses the first effect)."""
+    sent = "effSends[NEffects] = 0" if "TWO_EFFECTS" in cfg.toggles else "sends = 0"
+    stop = f'TLCGet("level") < {depth}' + (f" \\/ {sent}" if with_send else "")
     tla = "\n".join([f"---- MODULE {module} ----", "EXTENDS Runtime, TLC", "",
                      f"SimDepth == {stop}", "", "===="]) + "\n"  # fmt: skip
     holds = [
@@ -92,18 +100,21 @@ def simulate(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", nargs="*", default=list(CONFIGS))
-    ap.add_argument("--per-config", type=int, default=5)
+    ap.add_argument("--per-config", type=int, default=3)
     ap.add_argument("--base-seed", type=int, default=BASE_SEED)
     opts = ap.parse_args(argv)
     cat = tlc.catalog_mod.load()
     OUT.mkdir(exist_ok=True)
-    for old in OUT.glob("*.json"):
-        old.unlink()
+    for name in opts.configs:  # the configs regenerated now; the others' traces stay
+        for old in OUT.glob(f"{name}__*.json"):
+            old.unlink()
     n = 0
     for ci, name in enumerate(opts.configs):
         for k in range(opts.per_config):
             seed = opts.base_seed + 1000 * ci + k
             depth = DEPTHS[k % len(DEPTHS)]
+            if "TWO_EFFECTS" in cat.config(name).toggles:
+                depth += TWO_EFFECTS_DEPTH
             trace = simulate(cat, name, seed, depth, with_send=k % 4 != 3)
             path = OUT / f"{name}__seed{seed}.json"
             path.write_text(json.dumps(trace, indent=1) + "\n")

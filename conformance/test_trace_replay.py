@@ -8,7 +8,9 @@
 
 A replay must not be vacuous: workers claimed and ran a step, and where the model made a send
 with every send check passing, the target saw a request. Bounded by default (every Broken_*
-trace, a few simulated and Temporal ones); ILR_LONG=1 replays every saved and simulated trace.
+trace, a few simulated and Temporal ones, one two-effect simulation); ILR_LONG=1 replays every
+saved and simulated trace. ILR_TLC_TRACES=<dir> reads the TLC traces from <dir> instead of
+results/tlc_traces (e.g. a fresh `make tlc` run's, before they are copied there).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def _pick(paths: list[Path], n: int) -> list[Path]:
 
 BROKEN = tr.trace_paths("broken")
 SIMULATED = _pick(tr.trace_paths("simulated"), 2)
+# the two-effect simulations (TWO_EFFECTS, with and without SHARED_GRANT): one in the bounded run
+TWO_EFFECTS = [p for p in tr.trace_paths("simulated") if tr.effects_of(tr.load_trace(p)) == 2]
+TWO_EFFECTS_PICK = [p for p in _pick(TWO_EFFECTS, 1) if LONG or p not in SIMULATED]
 TEMPORAL = _pick(tr.trace_paths("temporal"), 1)
 SERVER_SLOW = tr.TRACES / "ServerSlow_t2__EffectAtMostOnceTier12.json"
 ASSUMPTION = _pick([p for p in tr.trace_paths("assumption") if p != SERVER_SLOW], 1)
@@ -60,7 +65,11 @@ def _replay(path: Path, admin_dsn: str, template_db: str, tmp_path: Path) -> tr.
 
 # op kind in the schedule -> the count of the real fault the driver performed for it
 PERFORMED = {"revoke": "revokes", "hand_refund": "hand_refunds", "cancel": "cancels",
-             "prune": "prunes", "redecide": "redecides", "tick": "ticks"}  # fmt: skip
+             "prune": "prunes", "redecide": "redecides", "local_change": "local_changes",
+             "tick": "ticks"}  # fmt: skip
+# Broken configs whose counterexample's key step the runtime cannot be made to take at all
+# (the fix is in the claim statement): the replay must say so (Schedule.not_reproducible).
+UNFORCEABLE = {"Broken_EarlyTakeover": "early takeover"}
 
 
 def _assert_faults_performed(path: Path, r: tr.ReplayResult) -> None:
@@ -79,13 +88,83 @@ def _assert_sent_where_the_model_sends(r: tr.ReplayResult) -> None:
         assert r.sends_seen > 0, f"the model sends here, the target saw nothing: {r}"
 
 
+def _catalog_counterexamples() -> set[str]:
+    """The file names `make tlc` saves for the broken configs: <config>__<invariant>.json for
+    each invariant a broken config is run to violate (models/catalog.yaml)."""
+    from models import catalog
+
+    cat = catalog.load()
+    return {f"{c.name}__{p}.json" for c in cat.configs if c.broken for r in cat.plan(c)
+            if r.purpose != "hold" for p in r.properties}  # fmt: skip
+
+
 def test_every_saved_trace_translates() -> None:
-    """Every saved and simulated trace maps onto real actions (none is skipped)."""
-    paths = sorted(tr.TRACES.glob("*.json")) + tr.trace_paths("simulated")
-    assert len(paths) >= 68
-    for p in paths:
+    """Every saved and simulated trace maps onto real actions (none is skipped); every broken
+    config of the catalog has its counterexamples saved, and each category is represented."""
+    saved = sorted(tr.TRACES.glob("*.json"))
+    missing = _catalog_counterexamples() - {p.name for p in saved}
+    assert not missing, f"no saved counterexample in {tr.TRACES}: {sorted(missing)}"
+    assert tr.trace_paths("temporal") and tr.trace_paths("assumption"), tr.TRACES
+    assert SERVER_SLOW.exists(), SERVER_SLOW
+    sims = tr.trace_paths("simulated")
+    assert len(sims) >= 30 and TWO_EFFECTS, len(sims)
+    for p in saved + sims:
         s = tr.translate(tr.load_trace(p))
         assert any(op.kind == "run" for op in s.ops), p.name
+
+
+def test_new_model_actions_translate() -> None:
+    """Heartbeat is a no-op (the workers renew by themselves), LocalChange a real change of the
+    local premise, Revoke names its grant, and an early takeover is reported as unforceable."""
+    sims = [tr.load_trace(p) for p in tr.trace_paths("simulated")]
+    assert any(s["action"] == "Heartbeat" for t in sims for s in t.states)
+    for t in sims:
+        ops = tr.translate(t).ops
+        beats = [op for op in ops if op.action == "Heartbeat"]
+        assert all(op.kind == "none" for op in beats), t.name
+        changes = sum(s["action"] == "LocalChange" for s in t.states)
+        assert changes == sum(op.kind == "local_change" for op in ops), t.name
+        for op in ops:
+            if op.kind == "revoke":
+                assert op.arg in (1, 2), (t.name, op)
+    for p in tr.trace_paths("broken"):
+        t = tr.load_trace(p)
+        s = tr.translate(t)
+        want = UNFORCEABLE.get(t.config)
+        assert (want is not None) == bool(s.not_reproducible), (t.name, s.not_reproducible)
+        if want:
+            assert all(want in x for x in s.not_reproducible), s.not_reproducible
+
+
+def test_local_premise_check_flags_a_send_authorized_after_the_change() -> None:
+    """local_premise_violations (the local half of NoSendOnStalePremise) is not vacuous: a
+    dispatch or resend authorized after the local change that reached the target is flagged;
+    one authorized before it, or one that never reached the target, is not."""
+
+    class Ev:
+        def __init__(self, entries, posts):
+            self._entries, self._posts = entries, posts
+
+        def effects(self):
+            return {"e1": {"grant_id": "g", "payload": {}, "dispatch_workflow_id": "wf"}}
+
+        def entries(self):
+            return {"e1": self._entries}
+
+        def posts(self):
+            return {"e1": self._posts}
+
+    dispatched = {"kind": "DISPATCHED", "ts": 10.0, "lease": "g", "effect": {}}
+    resent = {"kind": "COMMITTED", "via": "recovery-reapply", "ts": 21.0,
+              "rechecked": {"ts": 20.0}}  # fmt: skip
+    assert tr.local_premise_violations(Ev([dispatched], [{"arrival": 10.5}]), None) == []
+    assert tr.local_premise_violations(Ev([dispatched], [{"arrival": 10.5}]), 12.0) == []
+    assert tr.local_premise_violations(Ev([dispatched, resent], [{"arrival": 10.5}]), 15.0) == []
+    flagged = tr.local_premise_violations(
+        Ev([dispatched, resent], [{"arrival": 10.5}, {"arrival": 20.2}]), 15.0
+    )
+    assert len(flagged) == 1 and "a resend authorized at 20.000" in flagged[0], flagged
+    assert tr.local_premise_violations(Ev([dispatched], [{"arrival": 10.5}]), 9.0)
 
 
 def test_an_unknown_action_raises() -> None:
@@ -100,6 +179,19 @@ def test_broken_config_counterexample_does_not_reproduce(path, admin_dsn, templa
     r = _replay(path, admin_dsn, template_db, tmp_path)
     assert r.model_invariant not in r.violations, r.violations
     assert not r.violations, r.violations
+    if r.config in UNFORCEABLE:
+        # the key step is reported, not silently replaced: the claim came after the expiry
+        assert r.not_reproducible, r
+        assert all(UNFORCEABLE[r.config] in x for x in r.not_reproducible), r.not_reproducible
+    else:
+        assert not r.not_reproducible, r.not_reproducible
+    if r.config == "Broken_NoLocalRecheck":
+        # the local premise broke while the dispatch was open; recovery re-read it inside
+        # T_resolve and refused: the stale resend the model makes never reached the target
+        assert r.counts["local_changes"] == 1 and r.sends_seen == 0, r
+    if r.config == "Broken_RevokeListByDeadline":
+        # rt.revoke returned the effect still open past its send_deadline
+        assert r.counts["revokes"] == 1 and r.counts["revoke_returned"] >= 1, r
     if r.config == "Broken_ThinDedupMargin":
         # C2 is refused before anything is sent: the workflow fails naming the three numbers
         assert r.status == "failed" and r.sends_seen == 0, r
@@ -112,6 +204,17 @@ def test_simulated_behaviour_keeps_every_invariant(path, admin_dsn, template_db,
     r = _replay(path, admin_dsn, template_db, tmp_path)
     assert not r.violations, r.violations
     _assert_sent_where_the_model_sends(r)
+
+
+@pytest.mark.parametrize("path", TWO_EFFECTS_PICK, ids=_id)
+def test_two_effect_behaviour_keeps_every_invariant(path, admin_dsn, template_db, tmp_path):
+    """TWO_EFFECTS: the replay flow runs both effects (the second on its own payment, under the
+    second grant or, SHARED_GRANT, the same one); every invariant holds for both."""
+    r = _replay(path, admin_dsn, template_db, tmp_path)
+    assert not r.violations, r.violations
+    _assert_sent_where_the_model_sends(r)
+    if r.status == "completed":  # a refused effect records its step row too
+        assert r.counts["steps"] >= 3, r  # the plain step and both effects' step rows
 
 
 @pytest.mark.parametrize("path", TEMPORAL, ids=_id)

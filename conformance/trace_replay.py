@@ -13,9 +13,20 @@ worker subprocesses and the real local target (in its own process):
   for the ticks between them (capped by A2 unless the config lifts it); Progress waits for it;
 - Tick = real time: the model clock is aligned to the wall clock at TICK seconds per tick,
   and lease, send timeout, settle margin and the tier-1 window are the model constants x TICK;
-- Revoke = rt.revoke, HandRefund = a refund at the target by hand, Cancel = rt.cancel,
-  PruneKeys = the target's key pruning (EMULATED), Redecide = the workflow's next offer becomes
-  3000 (the payload is read outside any step, as a re-decision would produce it);
+- Revoke(g) = rt.revoke of grant g, HandRefund = a refund at the target by hand (on every
+  effect's payment), Cancel = rt.cancel, PruneKeys = the target's key pruning (EMULATED),
+  Redecide = the workflow's next offer becomes 3000 (the payload is read outside any step, as
+  a re-decision would produce it);
+- LocalChange = the replay's own table behind the flow's local SQL premise (LOCAL_PREMISE) is
+  updated so the premise stops holding; afterwards no send authorized after that change may
+  reach the target (local_premise_violations, the local half of NoSendOnStalePremise);
+- Heartbeat = nothing: the real workers renew their leases by themselves (see translate);
+- TWO_EFFECTS traces: the flow runs a second effect right after the first, on its own
+  payment, under the second grant (or the first: SHARED_GRANT); the model's per-effect
+  variables (lists since the model's commit 024297c; one scalar in older traces) are read
+  through per_effect;
+- a step the runtime cannot be made to take (an early takeover: the claim statement takes over
+  only an expired lease) is driven all the same and listed in `not_reproducible`;
 - the Temporal baselines' actions map to the runtime's nearest (TPick = a claim, TRead = the
   premise read, TSend = dispatch and send, TTimeout = nothing: the runtime has no server-side
   attempt timeout, the next claim waits for the lease).
@@ -49,12 +60,26 @@ from interlock_runtime.vocabulary import TERMINAL_STATUSES
 from world import refund_agent
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES = REPO / "results" / "tlc_traces"
+# ILR_TLC_TRACES: another directory of TLC traces (e.g. a fresh `make tlc` run's) in its place
+TRACES = Path(os.environ.get("ILR_TLC_TRACES") or REPO / "results" / "tlc_traces")
 SIM_TRACES = Path(__file__).resolve().parent / "sim_traces"
 # Seconds per model tick. The runtime refuses to start a send with less than 1 s of budget
 # (effects.MIN_SEND_BUDGET), and SendTimeout is 1 tick, so a tick must exceed 1 s.
 TICK = float(os.environ.get("ILR_REPLAY_TICK", "1.3"))
 PAYMENT = "pay_replay"
+PAYMENT2 = "pay_replay_2"  # the second effect's payment (TWO_EFFECTS)
+# The local SQL premise (Runtime.tla localOk): a registered function over a row of the replay's
+# own table; LocalChange flips the row, after which the premise reports a violation.
+LOCAL_PREMISE = "ilr_replay.payment_open"
+LOCAL_SQL = """
+create schema if not exists ilr_replay;
+create table if not exists ilr_replay.payments (payment text primary key,
+                                               open boolean not null default true);
+create or replace function ilr_replay.payment_open(args jsonb, eid text) returns jsonb
+language sql as $$
+  select coalesce(jsonb_agg('payment ' || payment || ' was closed locally'), '[]'::jsonb)
+    from ilr_replay.payments where payment = args->>'payment' and not open $$;
+"""
 CENTS = 100  # model amounts (20, 30; hand refunds 10, 20) are in units of 100 cents
 
 
@@ -66,18 +91,31 @@ class UnknownAction(Exception):
 @workflow(name="replay_refund", version="1")
 def replay_refund(ctx, case):
     """The model's workflow: one plain step, then one gated effect under a policy grant of
-    max 2000 cents (the model's Payload0; a redecided 3000 is not covered). The shared refund
-    body (world/refund_agent.py) with no decision and the model's constant premises."""
+    max 2000 cents (the model's Payload0; a redecided 3000 is not covered), or two in sequence
+    (TWO_EFFECTS: the second refunds its own payment, under the second grant or the same one
+    with SHARED_GRANT). The shared refund body (world/refund_agent.py) with no decision, the
+    model's constant premises and the local SQL premise LOCAL_PREMISE (the model's localOk),
+    which T_dispatch and T_resolve re-read inside their transactions."""
     case = {**case, "payment": PAYMENT}
 
     def offer() -> int:  # not a step on purpose: Redecide changes what a later call offers
         return json.loads(Path(case["offer_file"]).read_text())["amount"]
 
+    local = [(LOCAL_PREMISE, {"payment": PAYMENT})]
     premises = {"payment": PAYMENT, "eligible": True, "refunded_by_others": 0}
     _, r = refund_agent.run_refund(ctx, case, target=refund_agent.refund_target(case),
                                    capture=True, amount=offer, authority="grant",
-                                   premises=premises)  # fmt: skip
-    return {"status": r.status, "effect_id": r.effect_id}
+                                   premises=premises, local_premises=local)  # fmt: skip
+    out = {"status": r.status, "effect_id": r.effect_id}
+    if case.get("effects", 1) == 2:
+        # effect 2 right after effect 1 (the model's NextPc), no plain step between them
+        second = {**case, "payment": PAYMENT2}
+        r2 = ctx.effect(refund_agent.refund_target(second), key=f"refund:{case['id']}:2",
+                        payload=refund_agent.payload_for(second, offer()),
+                        premises={**premises, "payment": PAYMENT2}, grant=case["grant2"],
+                        local_premises=local)  # fmt: skip
+        out["second"] = {"status": r2.status, "effect_id": r2.effect_id}
+    return out
 
 
 @workflow(name="replay_signals", version="1")
@@ -159,7 +197,8 @@ WORKER_ACTIONS = {"Claim", "Load", "StartPlain", "LocalExpire", "RecordPlain", "
 TEMPORAL_ACTIONS = {"TPlain", "TPick", "TRead", "TSend", "TComplete", "TGiveUp", "TTimeout",
                     "TFinish"}  # fmt: skip
 WORLD_ACTIONS = {"Revoke", "HandRefund", "Cancel", "PruneKeys", "Redecide", "Crash", "Restart",
-                 "Tick", "SignalBegin", "SignalCommit", "Signal"}  # fmt: skip
+                 "Tick", "SignalBegin", "SignalCommit", "Signal", "Heartbeat",
+                 "LocalChange"}  # fmt: skip
 # TLC labels a step of `\E r \in wire : Process(r)` (the target handles a request) with the
 # enclosing disjunct's name, Progress.
 TARGET_ACTIONS = {"Progress"}
@@ -173,7 +212,8 @@ ENTRY_POINT = {"load": "claimed", "plain": "step_before_record", "dbegin": "effe
 @dataclass
 class Op:
     kind: str  # run | crash | restart | tick | revoke | hand_refund | cancel | prune |
-    #            redecide | process | signal_begin | signal_commit | signal | none
+    #            redecide | local_change | process | signal_begin | signal_commit | signal |
+    #            none
     index: int  # the trace state this op realizes
     action: str
     worker: str | None = None
@@ -192,6 +232,10 @@ class Schedule:
     stop_plans: dict[tuple[str, int], list[str]]  # (worker, incarnation) -> ILR_STOP_AT items
     notes: list[str] = field(default_factory=list)
     good_send: bool = False  # the model sends with every send check passing
+    # Steps of the trace the real runtime cannot be made to take, each with the reason (the
+    # fix is in the code: e.g. an early takeover, which the claim statement does not allow).
+    # The replay still drives them (the runtime does what it allows instead) and reports them.
+    not_reproducible: list[str] = field(default_factory=list)
 
     def actions(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -208,6 +252,30 @@ def _per_worker_changed(s0: dict, s1: dict, workers: list[str]) -> list[str]:
                 out.append(w)
                 break
     return out
+
+
+def effects_of(trace: Trace) -> int:
+    """How many gated effects the trace's workflow runs (TWO_EFFECTS: 2)."""
+    return 2 if trace.consts.get("TWO_EFFECTS") is True else 1
+
+
+def per_effect(value: Any) -> list:
+    """A per-effect model variable as a list indexed by effect - 1. The model since commit
+    024297c keeps effState, ledger, grantRevoked, ... as functions over 1..N (TLC prints a
+    tuple, a JSON list); earlier traces had one scalar."""
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _revoked_grant(s0: dict, s1: dict) -> int:
+    """The grant (1 or 2) a Revoke step revoked: the one whose grantRevoked turned TRUE."""
+    before, after = per_effect(s0["grantRevoked"]), per_effect(s1["grantRevoked"])
+    pairs = enumerate(zip(before, after, strict=True))
+    return next((g + 1 for g, (a, b) in pairs if b and not a), 1)
+
+
+def _early_takeover(s0: dict) -> bool:
+    """A claim in this state would take over a lease that has not expired."""
+    return s0.get("wfStatus") == "running" and s0.get("leaseExp", 0) > s0.get("now", 0)
 
 
 def _pc(state: dict, w: str) -> str:
@@ -237,6 +305,8 @@ def _pause_point(trace: Trace, pc: str, prev: str, via: str) -> tuple[str | None
     if pc == "effect":
         if prev == "RecordPlain":
             return "step_after_record", ""
+        if prev == "TCommit":  # TWO_EFFECTS: committed effect 1, at effect 2
+            return "effect_after_commit", ""
         if prev in ("Load", "Claim"):
             return "claimed", "nearest: stopped after the claim (the load found the plain row)"
         return None, f"no point after {prev} at pc effect: runs on"
@@ -265,6 +335,7 @@ def translate(trace: Trace) -> Schedule:
     states = trace.states
     workers = sorted(states[0]["vars"].get("up", {}).keys()) or ["w1", "w2"]
     notes: list[str] = []
+    unforceable: list[str] = []
     raw: list[Op] = []
     sends_at: dict[int, int] = {}  # send id -> state index of the send
     processed_at: dict[int, int] = {}
@@ -299,11 +370,25 @@ def translate(trace: Trace) -> Schedule:
         if action == "Restart":
             raw.append(Op("restart", i, action, worker=changed[0]))
             continue
-        if action in ("Revoke", "Cancel", "PruneKeys", "Redecide", "Signal", "SignalBegin",
-                      "SignalCommit"):  # fmt: skip
-            kind = {"Revoke": "revoke", "Cancel": "cancel", "PruneKeys": "prune",
-                    "Redecide": "redecide", "Signal": "signal", "SignalBegin": "signal_begin",
-                    "SignalCommit": "signal_commit"}[action]  # fmt: skip
+        if action == "Heartbeat":
+            # The real workers renew their leases by themselves (worker.py: one fenced UPDATE
+            # every lease_ttl/3 while the process runs; one that matches no row marks the run
+            # fenced, as the model's fenced Heartbeat does). A worker the trace holds still is
+            # SIGSTOPped and cannot renew, and the driver cannot renew for it: the renewal also
+            # re-arms the process's local deadline, which only its own thread can do. No
+            # invariant rests on a heartbeat (Runtime.tla: a world action that may happen or
+            # not), so the step is a no-op; a renewal the model makes and the replay does not
+            # only lets a lease run out earlier than in the model.
+            raw.append(Op("none", i, action, note="the workers heartbeat by themselves"))
+            continue
+        if action == "Revoke":
+            raw.append(Op("revoke", i, action, arg=_revoked_grant(s0, s1)))
+            continue
+        if action in ("Cancel", "PruneKeys", "Redecide", "Signal", "SignalBegin",
+                      "SignalCommit", "LocalChange"):  # fmt: skip
+            kind = {"Cancel": "cancel", "PruneKeys": "prune", "Redecide": "redecide",
+                    "Signal": "signal", "SignalBegin": "signal_begin",
+                    "SignalCommit": "signal_commit", "LocalChange": "local_change"}[action]  # fmt: skip
             raw.append(Op(kind, i, action))
             continue
         if action == "HandRefund":
@@ -327,6 +412,12 @@ def translate(trace: Trace) -> Schedule:
         if not changed:
             raise UnknownAction(f"{trace.name} state {i}: cannot tell which worker did {action}")
         w = changed[0]
+        if action == "Claim" and _early_takeover(s0):
+            unforceable.append(
+                f"state {i} (Claim by {w}): an early takeover at now={s0['now']} of a lease that "
+                f"runs until {s0['leaseExp']}; the runtime's claim statement takes over a running "
+                "workflow only once its lease has expired, so the claim is driven and happens "
+                "after the expiry instead")  # fmt: skip
         via = s1["ws"][w]["via"] if "ws" in s1 else "send"
         raw.append(Op("run", i, action, worker=w, arg=(_pc(s1, w), action, via)))
 
@@ -387,7 +478,7 @@ def translate(trace: Trace) -> Schedule:
     first = next((i for i in range(1, len(states)) if states[i]["vars"].get("sends", 0) >= 1), None)
     if first is not None:
         good = not any(states[first]["vars"]["sendBad"].values())
-    return Schedule(trace, ops, workers, holds, stop_plans, notes, good)
+    return Schedule(trace, ops, workers, holds, stop_plans, notes, good, unforceable)
 
 
 def _prev_run_index(ops: list[Op], op: Op) -> int:
@@ -412,7 +503,7 @@ def _entered_point(trace: Trace, states: list[dict], j: int, w: str) -> str | No
     if pc1 in ("tcommit", "tdone"):
         via = s1["ws"][w]["via"]
         return "effect_after_send" if via == "send" else "resolve_after_send"
-    if pc1 == "finish" and a == "TCommit":
+    if pc1 in ("finish", "effect") and a == "TCommit":  # "effect": TWO_EFFECTS, at effect 2
         return "effect_after_commit"
     return None
 
@@ -494,6 +585,7 @@ class ReplayResult:
     divergences: list[str]
     notes: list[str]
     seconds: float
+    not_reproducible: list[str] = field(default_factory=list)
 
 
 class Replay:
@@ -505,9 +597,12 @@ class Replay:
         self.all_procs: list[Any] = []
         self.counts = {"workers": 0, "sigstops": 0, "sigconts": 0, "sigkills": 0, "revokes": 0,
                        "revoke_returned": 0, "hand_refunds": 0, "cancels": 0, "prunes": 0,
-                       "redecides": 0, "signals": 0, "ticks": 0, "holds": 0}  # fmt: skip
+                       "redecides": 0, "local_changes": 0, "signals": 0, "ticks": 0,
+                       "holds": 0}  # fmt: skip
         self.divergences: list[str] = []
         self.revokes: list[dict] = []  # what each rt.revoke() returned (RevokeLinearizable)
+        self.grants: list[str] = []  # the model's grants 1 and 2 (one id twice if shared)
+        self.local_changed_at: float | None = None  # database time the local premise broke
         self.origin: float | None = None
         self.posts_seen = 0
         self._signal_thread: threading.Thread | None = None
@@ -603,12 +698,17 @@ class Replay:
         elif op.kind == "revoke":
             from conformance.invariants import record_revoke
 
-            returned = record_revoke(self.rt, self.grant, "replay", self.revokes)
+            grant = self.grants[(op.arg or 1) - 1]
+            returned = record_revoke(self.rt, grant, "replay", self.revokes)
             self.counts["revoke_returned"] += len(returned)
             self.counts["revokes"] += 1
         elif op.kind == "hand_refund":
-            admin.hand_refund(PAYMENT, op.arg)
+            # the model's one handRefund is the premise of every effect: each effect's payment
+            for payment in (PAYMENT, PAYMENT2)[: effects_of(self.t)]:
+                admin.hand_refund(payment, op.arg)
             self.counts["hand_refunds"] += 1
+        elif op.kind == "local_change":
+            self._local_change()
         elif op.kind == "cancel":
             try:
                 self.rt.cancel(self.wf, by="replay")
@@ -659,6 +759,18 @@ class Replay:
             pass
         else:  # pragma: no cover - translate() produces only the kinds above
             raise UnknownAction(op.kind)
+
+    def _local_change(self) -> None:
+        """LocalChange: the application closes the payment in its own table, so the local
+        premise (LOCAL_PREMISE) reports a violation from now on. The database time after the
+        commit bounds the change from above (local_premise_violations judges by it)."""
+        from interlock_runtime import db
+
+        with db.connect(self.dsn) as conn:
+            conn.execute("update ilr_replay.payments set open = false")
+            at = conn.execute("select clock_timestamp() as t").fetchone()["t"]
+        self.local_changed_at = at.timestamp()
+        self.counts["local_changes"] += 1
 
     def _run(self, op: Op) -> None:
         from world.target_client import TargetAdmin
@@ -715,6 +827,11 @@ class Replay:
             self.target = _TargetProcess(int(c.get("Tier", 2)), self.log_dir / "ledger.db")
             admin = TargetAdmin(self.target.url)
             admin.create_payment(PAYMENT, 10000)
+            admin.create_payment(PAYMENT2, 10000)
+            with db.connect(dsn) as conn:  # the local premise's table and function
+                conn.execute(LOCAL_SQL)
+                conn.execute("insert into ilr_replay.payments values (%s), (%s)",
+                             (PAYMENT, PAYMENT2))  # fmt: skip
             self.offer = self.log_dir / "offer.json"
             self.offer.write_text(json.dumps({"amount": 20 * CENTS}))
             try:
@@ -736,6 +853,10 @@ class Replay:
                             "n"
                         ]
                         steps = conn.execute("select count(*) as n from ilr.steps").fetchone()["n"]
+                        local = local_premise_violations(ev, self.local_changed_at)
+                        if local:  # the local half of the model's NoSendOnStalePremise
+                            results["NoSendOnStalePremise"] = list(
+                                results.get("NoSendOnStalePremise") or []) + local  # fmt: skip
                     ledger = [r for r in admin.ledger()["refunds"] if r.get("key")]
                     posts = self._posts()
             finally:
@@ -750,8 +871,8 @@ class Replay:
         return ReplayResult(self.t.name, self.t.config, self.t.category, self.t.invariant,
                             self.t.seed, self.s.actions(), self.counts, violations,
                             sorted(results), status, len(posts), len(ledger), self.s.good_send,
-                            self.divergences, self.s.notes,
-                            round(time.monotonic() - t0, 1))  # fmt: skip
+                            self.divergences, self.s.notes, round(time.monotonic() - t0, 1),
+                            self.s.not_reproducible)  # fmt: skip
 
     def _drive(self, rt) -> str | None:
         c = self.t.consts
@@ -772,6 +893,11 @@ class Replay:
             self.grant = rt.grant(
                 "agent", "refund", constraints={"amount": {"max": 20 * CENTS}}, by="replay"
             )
+            self.grants = [self.grant, self.grant]
+            if effects_of(self.t) == 2 and c.get("SHARED_GRANT") is not True:
+                self.grants[1] = rt.grant(
+                    "agent", "refund", constraints={"amount": {"max": 20 * CENTS}}, by="replay"
+                )
             margin = c.get("DedupMargin", 3)
             if self.t.mode != "interlock":
                 # The Temporal configs shrink the dedup constants to keep TLC's space small; a
@@ -786,7 +912,8 @@ class Replay:
                 "settle_margin": c.get("SettleMargin", 1) * TICK,
                 "dedup_window": window if tier == 1 else 1e9,
                 "dedup_margin": margin * TICK if tier == 1 else 600.0,
-                "grant": self.grant, "offer_file": str(self.offer)})  # fmt: skip
+                "grant": self.grant, "offer_file": str(self.offer),
+                "effects": effects_of(self.t), "grant2": self.grants[1]})  # fmt: skip
         for op in self.s.ops:
             self.do(op)
         self.mark("schedule done")
@@ -840,6 +967,33 @@ class Replay:
                     self.counts["signals"] += 1
             time.sleep(0.1)
         return status
+
+
+def local_premise_violations(ev: Any, changed_at: float | None) -> list[str]:
+    """The local half of NoSendOnStalePremise (Runtime.tla: T_dispatch and T_resolve read the
+    local premise inside their transaction): no send may be authorized by a transaction that
+    began after LocalChange committed, and then reach the target. Judged from the ground truth:
+    the database time of each authorization (the journal's DISPATCHED ts, a resend's T_resolve
+    ts) against the time the replay's own update of the premise's table committed, and the
+    target's access log; never from the runtime's recorded checks. A transaction that began
+    before the change may have read the premise before it (not a violation; the model reads it
+    at the commit and leaves that window out)."""
+    from conformance.invariants import _authorizations
+
+    if changed_at is None:
+        return []
+    out, effects, posts = [], ev.effects(), ev.posts()
+    for eid, entries in ev.entries().items():
+        for a in _authorizations(entries, effects[eid]):
+            if a["ts"] <= changed_at:
+                continue
+            reached = [r for r in posts[eid] if r["arrival"] > a["ts"]]
+            if reached:
+                kind = "a resend" if a["resend"] else "a dispatch"
+                out.append(f"{eid}: {kind} authorized at {a['ts']:.3f}, after the local premise "
+                           f"stopped holding at {changed_at:.3f}, reached the target at "
+                           f"{reached[0]['arrival']:.3f}")  # fmt: skip
+    return out
 
 
 def replay(trace: Trace | Path | str, admin: str, template: str, log_dir: Path) -> ReplayResult:
@@ -927,6 +1081,12 @@ def write_report(results: list[ReplayResult], wall: float,
         lines.append(f"| {r.trace} | {r.model_invariant or '-'} | {steps} | {r.status} | "
                      f"{r.sends_seen} | {r.applied} | {viol} | {len(r.divergences)} | "
                      f"{r.seconds} |")  # fmt: skip
+    unforced = [(r.trace, x) for r in results for x in r.not_reproducible]
+    if unforced:
+        lines += ["", "## Steps the runtime cannot be made to take", "",
+                  "The replay drove these steps and the runtime did what it allows instead "
+                  "(the fix the broken config removes is in the code):", ""]  # fmt: skip
+        lines += [f"- `{trace}`: {why}" for trace, why in unforced]
     if violations:
         lines += ["", "## Violations found", ""]
         for trace, name, msgs in violations:
