@@ -38,16 +38,19 @@ CONFIGS = ("Interlock_t2_G1", "Interlock_t1q_G1", "Interlock_t3_G1", "Interlock_
 # Heartbeat steps (world actions since the model's commit 024297c) take a share of the depth.
 DEPTHS = (16, 20, 24, 28)
 BASE_SEED = 20261201
-# A second effect takes about ten more protocol steps (read, dispatch, send, answer, commit).
-TWO_EFFECTS_DEPTH = 12
+# A second effect takes more protocol steps (read, dispatch, send, answer, commit); deeper
+# walks mostly end first (the clock bound), so TLC would search long for one.
+TWO_EFFECTS_DEPTH = 8
 
 
 def render(cat, cfg, depth: int, module: str, with_send: bool) -> tuple[str, str]:
     """(wrapper module, cfg) for one simulation run. with_send: only a behaviour in which a
     request went on the wire ends the run (random walks often revoke or cancel first); with
-    TWO_EFFECTS, a request of the second effect (requiring one of each is too rare a walk:
-    a revoke early in it refuses the first effect)."""
-    sent = "effSends[NEffects] = 0" if "TWO_EFFECTS" in cfg.toggles else "sends = 0"
+    TWO_EFFECTS under two grants, a request of the second effect (requiring one of each is
+    too rare a walk: a revoke early in it refuses the first effect; under SHARED_GRANT, where
+    one revoke or a cancel refuses both, so is a request of the second: any request)."""
+    two = "TWO_EFFECTS" in cfg.toggles and "SHARED_GRANT" not in cfg.toggles
+    sent = "effSends[NEffects] = 0" if two else "sends = 0"
     stop = f'TLCGet("level") < {depth}' + (f" \\/ {sent}" if with_send else "")
     tla = "\n".join([f"---- MODULE {module} ----", "EXTENDS Runtime, TLC", "",
                      f"SimDepth == {stop}", "", "===="]) + "\n"  # fmt: skip
