@@ -9,8 +9,8 @@ import signal
 
 import flows
 import pytest
-from conftest import wait_for
 
+from conftest import wait_for
 from interlock_runtime import Runtime, db
 from interlock_runtime.errors import Fenced
 

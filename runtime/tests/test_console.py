@@ -19,8 +19,8 @@ from pathlib import Path
 
 import flows
 import pytest
-from conftest import REPO, wait_for
 
+from conftest import REPO, wait_for
 from interlock_runtime import Runtime, journal
 from world.target import Target
 from world.target_client import TargetAdmin

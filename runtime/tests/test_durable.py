@@ -7,8 +7,8 @@ from datetime import datetime
 
 import flows
 import pytest
-from conftest import read_jsonl, wait_for
 
+from conftest import read_jsonl, wait_for
 from interlock_runtime import (
     Runtime,
     WorkflowConflict,

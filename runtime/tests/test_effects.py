@@ -10,8 +10,8 @@ import signal
 
 import flows
 import pytest
-from conftest import wait_for
 
+from conftest import wait_for
 from interlock_runtime import InvalidInput, Runtime, receipts
 from world.target import Target
 from world.target_client import TargetAdmin

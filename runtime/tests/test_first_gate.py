@@ -10,7 +10,6 @@ import signal
 from pathlib import Path
 
 from conftest import read_jsonl, wait_for
-
 from interlock_runtime import Runtime
 
 TTL = 3.0

@@ -12,8 +12,8 @@ import signal
 import threading
 
 import pytest
-from conftest import PAYMENT
 
+from conftest import PAYMENT
 from interlock_runtime import (
     EffectTarget,
     HttpTarget,

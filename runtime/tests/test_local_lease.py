@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import signal
 
-from conftest import read_jsonl, wait_for
 from flows import echo, sleeper
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from conftest import read_jsonl, wait_for
 from interlock_runtime import Runtime
 from world.fault_proxy import FaultProxy
 

@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import read_jsonl, wait_for
 from flows import three_steps
 
+from conftest import read_jsonl, wait_for
 from interlock_runtime import Runtime, local_postgres
 
 local_only = pytest.mark.skipif(

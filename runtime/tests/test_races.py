@@ -16,8 +16,8 @@ from typing import Any
 import flows
 import psycopg
 import pytest
-from conftest import wait_for
 
+from conftest import wait_for
 from interlock_runtime import Runtime, db
 from interlock_runtime.context import Run, WorkflowContext
 from interlock_runtime.runtime import cancel_in, revoke_in, signal_in

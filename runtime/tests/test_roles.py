@@ -6,9 +6,9 @@ from __future__ import annotations
 import flows
 import psycopg
 import pytest
-from conftest import wait_for
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from conftest import wait_for
 from interlock_runtime import Runtime, db
 from interlock_runtime.runtime import cancel_in, revoke_in, signal_in
 from world.target import Target

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import flows
-from conftest import wait_for
 
+from conftest import wait_for
 from interlock_runtime import Runtime
 
 

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TESTS, read_jsonl, wait_for
 from flows import three_steps
 
+from conftest import TESTS, read_jsonl, wait_for
 from interlock_runtime import Runtime
 
 
