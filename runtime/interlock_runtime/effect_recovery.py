@@ -66,11 +66,10 @@ def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str],
                              {"grant": eff["grant_id"]}).fetchone()  # fmt: skip
         rechecked = grant_checks(grant, eff["grant_id"], call.action, eff["payload"],
                                  eff["payload_hash"], eff["workflow_id"])  # fmt: skip
-        # The local SQL premises are read here, inside T_resolve, as T_dispatch reads them.
-        local = (
-            local_violations(conn, call.local_premises, call.eid) if rechecked["lease_live"] else []
-        )
-        rechecked["violations"] = (violations + local) if rechecked["lease_live"] else []
+        rechecked["violations"] = []
+        if rechecked["lease_live"]:  # the local SQL premises: read here, as T_dispatch reads them
+            local = local_violations(conn, call.local_premises, call.eid)
+            rechecked["violations"] = violations + local
         rechecked["ts"] = now.timestamp()  # the grant is judged as of T_resolve, not T_commit
         lease_stale = not rechecked["lease_live"]
         stale = lease_stale or bool(rechecked["violations"])

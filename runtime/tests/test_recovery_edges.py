@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import signal
 
-import flows
 import pytest
+from test_effects import start_and_approve
 
 from conftest import wait_for
 from interlock_runtime import Runtime, receipts
@@ -25,11 +25,7 @@ def test_tier1_past_its_dedup_window_is_looked_up_not_resent(dsn, workers, targe
          "dedup_window": 2.0}  # fmt: skip
     with Runtime(dsn) as rt:
         dying = workers("W1", env={"ILR_KILL_AT": "effect_after_send"}, lease_ttl=1.5)
-        rt.start(flows.refund, "wf-age", c)
-        wait_for(lambda: (rt.describe("wf-age")["waiting"] or {}).get("signal") == "approve", 30,
-                 "the approval wait")  # fmt: skip
-        decided = rt.describe("wf-age")["steps"][0]["output"]
-        rt.approve("wf-age", {"payment": PAYMENT, "amount": 2000}, decided["premises"], by="alice")
+        start_and_approve(rt, "wf-age", c)
         assert dying.proc.wait(timeout=30) == -signal.SIGKILL
         assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]  # the send landed
         admin.prune_keys()
@@ -61,12 +57,7 @@ def test_a_local_premise_broken_during_an_outage_refuses_the_resend(
          "local_premises": [["ilr_test.not_frozen", {"account": "acct-7"}]]}  # fmt: skip
     with Runtime(dsn) as rt:
         dying = workers("W1", env={"ILR_KILL_AT": "effect_after_dispatch"}, lease_ttl=1.5)
-        rt.start(flows.refund, "wf-frozen", c)
-        wait_for(lambda: (rt.describe("wf-frozen")["waiting"] or {}).get("signal") == "approve",
-                 30, "the approval wait")  # fmt: skip
-        decided = rt.describe("wf-frozen")["steps"][0]["output"]
-        rt.approve("wf-frozen", {"payment": PAYMENT, "amount": 2000}, decided["premises"],
-                   by="alice")  # fmt: skip
+        start_and_approve(rt, "wf-frozen", c)
         assert dying.proc.wait(timeout=30) == -signal.SIGKILL
         conn.execute("insert into ilr_test.frozen values ('acct-7')")
         workers("W2", lease_ttl=1.5)
@@ -86,11 +77,7 @@ def test_a_resend_starts_its_own_deadline(dsn, workers, target_factory) -> None:
          "send_timeout": 4.0, "settle_margin": 2.0}  # fmt: skip
     with Runtime(dsn) as rt:
         w1 = workers("W1", env={"ILR_KILL_AT": "effect_after_dispatch"}, lease_ttl=1.5)
-        rt.start(flows.refund, "wf-dl", c)
-        wait_for(lambda: (rt.describe("wf-dl")["waiting"] or {}).get("signal") == "approve", 30,
-                 "the approval wait")  # fmt: skip
-        decided = rt.describe("wf-dl")["steps"][0]["output"]
-        rt.approve("wf-dl", {"payment": PAYMENT, "amount": 2000}, decided["premises"], by="alice")
+        start_and_approve(rt, "wf-dl", c)
         assert w1.proc.wait(timeout=30) == -signal.SIGKILL
         admin.set_delay(3500, count=1)
         w2 = workers("W2", lease_ttl=1.5)
@@ -112,12 +99,7 @@ def test_a_revoke_during_the_outage_after_the_send_landed_commits_on_lookup(
     c = {"id": "case-rl", "target_url": target.url, "payment": PAYMENT, "tier": 1}
     with Runtime(dsn) as rt:
         dying = workers("W1", env={"ILR_KILL_AT": "effect_after_send"}, lease_ttl=1.5)
-        rt.start(flows.refund, "wf-rl", c)
-        wait_for(lambda: (rt.describe("wf-rl")["waiting"] or {}).get("signal") == "approve", 30,
-                 "the approval wait")  # fmt: skip
-        decided = rt.describe("wf-rl")["steps"][0]["output"]
-        grant = rt.approve("wf-rl", {"payment": PAYMENT, "amount": 2000}, decided["premises"],
-                           by="alice")  # fmt: skip
+        grant = start_and_approve(rt, "wf-rl", c)
         assert dying.proc.wait(timeout=30) == -signal.SIGKILL
         eid = rt.effects("wf-rl")[0]["effect_id"]
         assert rt.revoke(grant, by="bob") == [eid]  # it may still land: it already did
