@@ -6,7 +6,10 @@ A check reads the run's evidence and returns its violations (an empty list: it h
 - Postgres, always: claim history, steps, journal, effects, grants, signals, workflows;
 - the target's ledger and access log, for the checks that compare the record with the world;
 - the workers' event logs, for the checks that need to know when a step body started;
-- what each rt.revoke() returned (record_revoke), for RevokeLinearizable.
+- what each rt.revoke() returned (record_revoke), for RevokeLinearizable;
+- each target's configuration as the target reports it (target_config), narrowed by what the
+  application declared of it, and the workflows whose effects the application declared
+  compensations: the declarations of the world and the application, never the runtime's.
 
 A check derives its verdict from that ground truth: the grant rows, the journal's database
 timestamps, the claims, the target's ledger and access log. It never takes a verdict the
@@ -55,6 +58,12 @@ class Evidence:
     # Every rt.revoke() of the run, in call order (record_revoke): {grant, returned, and the
     # wall-clock called_at / returned_at around the call when the harness timed it}.
     revokes: list[dict] | None = None
+    # By target url: {tier, lookup} (target_config). The checks that must know whether an
+    # outcome was knowable (effective tier 3, AmbiguousOnlyWhenUnknowable) need it.
+    targets: dict[str, dict] | None = None
+    # Workflows whose effects the application declared compensations (ctx.effect(...,
+    # compensation=True)): the only sends NoSendAfterCancel allows after a cancel.
+    compensations: set[str] = field(default_factory=set)
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -113,6 +122,23 @@ class Evidence:
         """How many times the target applied each effect (the ledger is ground truth)."""
         ledger = self.need("ledger_before" if before else "ledger")
         return Counter(r["key"] for r in ledger if r.get("key"))
+
+
+def target_config(url: str, queryable: bool | None = None, dedup_window: float | None = None,
+                  dedup_margin: float | None = None) -> dict:  # fmt: skip
+    """The target's configuration as it reports it (GET /admin/config), its tier and whether
+    it answers lookups, with what the application declared of it: queryable=False (the
+    application never asks it, as S04's non-queryable variant declares), and for tier 1 how
+    long a key is safe to rely on: dedup_window - dedup_margin (the runtime's documented
+    default margin when the application sets none)."""
+    from interlock_runtime.effect_spec import DEFAULT_DEDUP_MARGIN
+    from world.target_client import TargetAdmin
+
+    cfg = TargetAdmin(url).config()
+    lookup = bool(cfg["lookup"]) and cfg["tier"] in (1, 2) and queryable is not False
+    window = math.inf if dedup_window is None else float(dedup_window)
+    margin = DEFAULT_DEDUP_MARGIN if dedup_margin is None else float(dedup_margin)
+    return {"tier": int(cfg["tier"]), "lookup": lookup, "key_age": window - margin}
 
 
 def _ts(value: datetime) -> float:
@@ -255,10 +281,39 @@ def _send_timeout(eff: dict, auths: list[dict]) -> float:
     return max(0.0, _ts(eff["send_deadline"]) - auths[-1]["ts"])
 
 
-def _effective_tier3(eff: dict, entries: list[dict]) -> bool:
-    if eff["tier"] == 3:
+def _target_of(ev: Evidence, eid: str) -> dict:
+    """The configuration of the target an effect went to: the only target of the run, else the
+    one whose access log names the effect's key, else the one its workflow's input names."""
+    targets = ev.need("targets")
+    if len(targets) == 1:
+        return next(iter(targets.values()))
+    for r in ev.access_log or []:
+        if r.get("key") == eid and r.get("target") in targets:
+            return targets[r["target"]]
+    eff = ev.effects().get(eid) or {}
+    wf = ev.workflows().get(eff.get("workflow_id")) or {}
+    url = (wf.get("input") or {}).get("target_url") if isinstance(wf.get("input"), dict) else None
+    if url in targets:
+        return targets[url]
+    raise MissingEvidence(f"which target {eid} went to (no request, no target_url in its input)")
+
+
+def _effective_tier3(ev: Evidence, eff: dict, t: float | None = None) -> bool:
+    """Nothing could tell at database time t (default: the effect's last journal entry)
+    whether a send landed: the application declared tier 3; or the target, by its own
+    configuration, neither dedupes nor answers lookups; or it dedupes, answers no lookups,
+    and the key is older than the application declared safe (key_age, from the first
+    DISPATCHED entry's time)."""
+    cfg = _target_of(ev, eff["effect_id"])
+    tier = max(int(eff["tier"]), cfg["tier"])
+    if tier == 3:
         return True
-    return any(e["kind"] == "AMBIGUOUS" and "no lookup" in str(e.get("reason")) for e in entries)
+    if tier == 2 or cfg["lookup"]:
+        return False
+    entries = ev.entries()[eff["effect_id"]]
+    first = next((e["ts"] for e in entries if e["kind"] == "DISPATCHED"), None)
+    t = t if t is not None else max((e["ts"] for e in entries), default=None)
+    return first is not None and t is not None and t - first > cfg.get("key_age", math.inf)
 
 
 # -- the checks, one per catalog name ---------------------------------------------------------
@@ -332,9 +387,9 @@ def at_most_one_commit(ev: Evidence) -> list[str]:
 
 
 def effect_at_most_once_tier12(ev: Evidence) -> list[str]:
-    applied, entries, out = ev.applied(), ev.entries(), []
+    applied, out = ev.applied(), []
     for eid, eff in ev.effects().items():
-        if eff["tier"] in (1, 2) and not _effective_tier3(eff, entries[eid]) and applied[eid] > 1:
+        if eff["tier"] in (1, 2) and applied[eid] > 1 and not _effective_tier3(ev, eff):
             late = eff["late_result"] or {}
             note = " (assumption A2 reported violated)" if late.get("assumption_violated") else ""
             out.append(f"{eid}: applied {applied[eid]} times at tier {eff['tier']}{note}")
@@ -342,10 +397,10 @@ def effect_at_most_once_tier12(ev: Evidence) -> list[str]:
 
 
 def tier3_never_resends(ev: Evidence) -> list[str]:
-    posts, entries = ev.posts(), ev.entries()
+    posts = ev.posts()
     return [f"{eid}: {len(posts[eid])} requests at effective tier 3"
             for eid, eff in ev.effects().items()
-            if _effective_tier3(eff, entries[eid]) and len(posts[eid]) > 1]  # fmt: skip
+            if len(posts[eid]) > 1 and _effective_tier3(ev, eff)]  # fmt: skip
 
 
 def no_overlapping_sends(ev: Evidence) -> list[str]:
@@ -382,15 +437,62 @@ def committed_implies_applied(ev: Evidence) -> list[str]:
 
 
 def ambiguous_only_when_unknowable(ev: Evidence) -> list[str]:
+    """AMBIGUOUS only where nothing could tell the outcome, judged from the target's own
+    configuration and records, the grant rows and the claims (never the entry's reason):
+    - effective tier 3 (_effective_tier3); or
+    - a target that answers no lookups, and a re-check that failed at the entry's database
+      time, so that not even a tier-1 resend was allowed: the grant no longer covered the
+      send, the dispatching workflow's lease had lapsed, or the target's ledger showed the
+      premise changed (_recheck_failures); or
+    - a failed read-back: the target's ledger does not hold exactly one application of the
+      effect with its payload's amount, though the target answered (verified completion)."""
     out = []
+    effects, ledger = ev.effects(), ev.need("ledger")
     for eid, entries in ev.entries().items():
+        eff = effects[eid]
         for e in entries:
-            if e["kind"] == "AMBIGUOUS":
-                reason = str(e.get("reason"))
-                # A failed post-condition is unknowable too: the target said ok, reading it
-                # back says otherwise (verified completion).
-                if not ("tier 3" in reason or "no lookup" in reason or "postcondition" in reason):
-                    out.append(f"{eid}: AMBIGUOUS without tier 3 or a failed re-check ({reason})")
+            if e["kind"] != "AMBIGUOUS" or _effective_tier3(ev, eff, e["ts"]):
+                continue
+            if not _target_of(ev, eid)["lookup"] and _recheck_failures(ev, eid, entries, e["ts"]):
+                continue
+            rows = [r for r in ledger if r.get("key") == eid]
+            amount = eff["payload"].get("amount") if isinstance(eff["payload"], dict) else None
+            if len(rows) != 1 or rows[0].get("amount") != amount:
+                continue  # reading the target back disagrees with what it answered
+            out.append(f"{eid}: AMBIGUOUS at {e['ts']:.3f}, yet the target answers lookups or "
+                       f"nothing barred a resend, and its ledger holds the effect as sent")  # fmt: skip
+    return out
+
+
+def _recheck_failures(ev: Evidence, eid: str, entries: list[dict], t: float) -> list[str]:
+    """What barred a resend of the effect at database time t, from ground truth: the grant row
+    (_not_covered), the dispatching workflow's lease (the claims: the claim current at t and
+    the lease its holder had, by the next claim's record or, for the last claim, the
+    workflow row: a lapsed lease is never renewed), the target's ledger (refunds of the
+    payment by others created before t, against the premise the send was decided on)."""
+    eff = ev.effects()[eid]
+    auths = _authorizations(entries, eff)
+    if not auths:
+        return []
+    last = auths[-1]
+    out = _not_covered(ev.grants().get(last["grant"]), last["grant"], t, last["payload"],
+                       _action(ev, eid), last["sender"])  # fmt: skip
+    wf = eff["dispatch_workflow_id"]
+    claims = [c for c in ev.claims().get(wf, []) if _ts(c["claimed_at"]) <= t]
+    if claims:
+        later = [c for c in ev.claims()[wf] if c["epoch"] == claims[-1]["epoch"] + 1]
+        expiry = (later[0]["prev_lease_expires_at"] if later
+                  else ev.workflows()[wf]["lease_expires_at"])  # fmt: skip
+        if expiry is not None and _ts(expiry) <= t:
+            out.append(f"{wf}'s lease lapsed at {_ts(expiry):.3f}")
+    decided = [e.get("premises") for e in entries if e["kind"] == "DISPATCHED" and e["ts"] <= t]
+    premises = decided[-1] if decided else None
+    if isinstance(premises, dict) and {"payment", "refunded_by_others"} <= set(premises):
+        others = sum(r["amount"] for r in ev.need("ledger") if r["payment"] == premises["payment"]
+                     and r.get("key") != eid and r["created"] < t)  # fmt: skip
+        if others != premises["refunded_by_others"]:
+            out.append(f"refunded_by_others {others} at the target, decided on "
+                       f"{premises['refunded_by_others']}")  # fmt: skip
     return out
 
 
@@ -628,15 +730,20 @@ def payload_bound(ev: Evidence) -> list[str]:
 
 
 def no_send_after_cancel(ev: Evidence) -> list[str]:
+    """No T_dispatch at or after its workflow's cancel_requested_at (database times), unless
+    the application declared the effect a compensation (ev.compensations): a send the runtime
+    itself calls a compensation counts only when the application said so."""
     out, wfs = [], ev.workflows()
     for eid, entries in ev.entries().items():
         for e in entries:
-            by = e.get("by") or {}
-            if e["kind"] != "DISPATCHED" or by.get("compensation"):
+            wf = (e.get("by") or {}).get("workflow_id")
+            if e["kind"] != "DISPATCHED" or wf in ev.compensations:
                 continue
-            cancel = wfs[by["workflow_id"]]["cancel_requested_at"] if by else None
-            if cancel is not None and e["ts"] >= _ts(cancel):
-                out.append(f"{eid}: dispatched after {by['workflow_id']} was cancelled")
+            cancel = wfs[wf]["cancel_requested_at"] if wf in wfs else None
+            if wf is None:
+                out.append(f"{eid}: a DISPATCHED entry that names no workflow")
+            elif cancel is not None and e["ts"] >= _ts(cancel):
+                out.append(f"{eid}: dispatched after {wf} was cancelled")
     return out
 
 
@@ -674,7 +781,7 @@ def receipt_truthful(ev: Evidence) -> list[str]:
         elif v["happened"] is False and applied_before[eid] > 0:
             out.append(f"{eid}: verify() says it did not happen, the ledger has it")
         if v["happened"] is True and applied[eid] > 1 and v["happened_once"]:
-            if not _effective_tier3(eff, entries):
+            if not _effective_tier3(ev, eff):
                 out.append(f"{eid}: verify() says happened once, the ledger shows {applied[eid]}")
     return out
 
@@ -801,8 +908,9 @@ INVARIANTS: dict[str, Check] = {
 
 @contextmanager
 def snapshot(conn: psycopg.Connection, read_world: Callable[[], tuple[list, list]] | None = None,
-             events: list[dict] | None = None,
-             revokes: list[dict] | None = None) -> Iterator[Evidence]:  # fmt: skip
+             events: list[dict] | None = None, revokes: list[dict] | None = None,
+             targets: dict[str, dict] | None = None,
+             compensations: set[str] | None = None) -> Iterator[Evidence]:  # fmt: skip
     """Evidence of a live run: the world (ledger, access log) read just before and just after a
     repeatable-read database snapshot, so that no check compares a newer record with an older
     world or the reverse."""
@@ -814,7 +922,8 @@ def snapshot(conn: psycopg.Connection, read_world: Callable[[], tuple[list, list
             ledger1, log1 = read_world() if read_world else (None, None)
             yield Evidence(conn, ledger=ledger1, access_log=log1, events=events,
                            ledger_before=ledger0, access_log_before=log0,
-                           revokes=None if revokes is None else list(revokes))  # fmt: skip
+                           revokes=None if revokes is None else list(revokes),
+                           targets=targets, compensations=set(compensations or ()))  # fmt: skip
     finally:
         conn.isolation_level = None
 

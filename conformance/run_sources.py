@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from conformance.invariants import record_revoke
+from conformance.invariants import record_revoke, target_config
 from interlock_runtime import Runtime, testing
 from interlock_runtime.testing import WorkerProcess, wait_for
 from world.target import Target
@@ -64,6 +64,9 @@ class RunRecord:
 
     def access_log(self) -> list[dict]:
         return [dict(r, target=t.url) for t in self.targets for r in TargetAdmin(t.url).log()]
+
+    def target_configs(self) -> dict[str, dict]:
+        return {t.url: target_config(t.url) for t in self.targets}
 
 
 class _Session:

@@ -129,6 +129,12 @@ def dispatched(epoch: int = 1, amount: int = 2000, **checks) -> dict:
     }
 
 
+# The target every synthetic effect went to, as Evidence.targets holds it, and its ledger
+# holding one application of eff_1 (payment p).
+TIER2 = {"http://t": {"tier": 2, "lookup": True}}
+LANDED = [{"key": "eff_1", "amount": 2000, "payment": "p", "created": at(1.5).timestamp()}]
+
+
 def run(conn, name: str, **evidence) -> list[str]:
     return INVARIANTS[name](Evidence(conn, **evidence))
 
@@ -169,7 +175,7 @@ def test_double_application_and_overlapping_sends_are_caught(conn) -> None:
             "payload": json.dumps({"amount": 2000})},
            {"method": "POST", "path": "/refunds", "key": "eff_1", "arrival": 2.0, "end": 4.0,
             "payload": json.dumps({"amount": 2000})}]  # fmt: skip
-    assert run(conn, "EffectAtMostOnceTier12", ledger=ledger)
+    assert run(conn, "EffectAtMostOnceTier12", ledger=ledger, targets=TIER2)
     assert run(conn, "NoOverlappingSends", access_log=log)
     assert run(conn, "SendRequiresLiveClaim", access_log=log)  # 2 requests, 1 authorized send
 
@@ -225,10 +231,90 @@ def test_ambiguous_at_tier2_and_a_broken_chain_are_caught(conn) -> None:
         "eff_1",
         [{"kind": "PROPOSED", "lease": "g1"}, {"kind": "AMBIGUOUS", "reason": "why not"}],
     )
-    assert run(conn, "AmbiguousOnlyWhenUnknowable")
+    assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=TIER2)
     conn.execute("alter table ilr.journal disable trigger journal_append_only")
     conn.execute("update ilr.journal set body = replace(body, 'why not', 'edited')")
     assert run(conn, "ReceiptChainLinear")
+
+
+def test_ambiguous_is_judged_by_the_target_and_the_grant_not_by_its_reason(conn) -> None:
+    seed(conn)
+    grant(conn)
+    effect(conn, tier=1, state="ambiguous")
+    # The reason claims what the runtime may not claim by itself: the target says otherwise.
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {"kind": "AMBIGUOUS", "reason": "tier 3: no lookup and no dedup"}])  # fmt: skip
+    assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=TIER2)
+    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED,
+                   targets={"http://t": {"tier": 3, "lookup": False}})  # fmt: skip
+    # No lookup, but nothing barred the tier-1 resend: the outcome was knowable.
+    no_lookup = {"http://t": {"tier": 1, "lookup": False}}
+    assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=no_lookup)
+    # A read-back that disagrees with the ledger (no application) is unknowable too.
+    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=[], targets=TIER2)
+    with pytest.raises(MissingEvidence):
+        run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED)
+    grant(conn, revoked=2.5)  # the grant row: revoked before the AMBIGUOUS entry (ts 4)
+    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=no_lookup)
+    assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=TIER2)
+
+
+def test_a_lapsed_lease_and_a_changed_premise_bar_a_resend(conn) -> None:
+    seed(conn)
+    grant(conn)
+    effect(conn, tier=1, state="ambiguous")
+    claim(conn, "wf", 1, 0)
+    conn.execute("update ilr.workflows set lease_expires_at = %s", (at(9),))
+    sent = dict(dispatched(), premises={"payment": "p", "refunded_by_others": 0})
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, sent,
+                          {"kind": "AMBIGUOUS", "reason": "lease at recovery, no lookup"}])  # fmt: skip
+    no_lookup = {"http://t": {"tier": 1, "lookup": False}}
+    assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=no_lookup)
+    conn.execute("update ilr.workflows set lease_expires_at = %s", (at(2.5),))
+    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=no_lookup)
+    conn.execute("update ilr.workflows set lease_expires_at = %s", (at(9),))
+    hand = {"key": None, "amount": 500, "payment": "p", "created": at(2).timestamp()}
+    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=[*LANDED, hand], targets=no_lookup)
+
+
+def test_effective_tier3_comes_from_the_targets_configuration(conn) -> None:
+    seed(conn)
+    effect(conn, tier=2)
+    twice = [*LANDED, dict(LANDED[0], created=at(5).timestamp())]
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {"kind": "AMBIGUOUS", "reason": "no lookup"}])  # fmt: skip
+    assert run(conn, "EffectAtMostOnceTier12", ledger=twice, targets=TIER2)
+    assert not run(conn, "EffectAtMostOnceTier12", ledger=twice,
+                   targets={"http://t": {"tier": 3, "lookup": False}})  # fmt: skip
+
+
+def test_a_key_older_than_declared_safe_makes_tier1_unknowable(conn) -> None:
+    seed(conn)
+    grant(conn)
+    effect(conn, tier=1, state="ambiguous")
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {"kind": "AMBIGUOUS", "reason": "anything"}])  # fmt: skip
+    # DISPATCHED at +2 s, AMBIGUOUS at +3 s: the key is 1 s old.
+    young = {"http://t": {"tier": 1, "lookup": False, "key_age": 5.0}}
+    old = {"http://t": {"tier": 1, "lookup": False, "key_age": 0.5}}
+    assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=young)
+    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=old)
+    # Past the key's age a target that answers lookups is tier 2: still knowable.
+    assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED,
+               targets={"http://t": {**old["http://t"], "lookup": True}})  # fmt: skip
+
+
+def test_a_compensation_counts_only_when_the_application_declared_it(conn) -> None:
+    seed(conn)
+    grant(conn)
+    effect(conn)
+    claim(conn, "wf", 1, 0)
+    conn.execute("update ilr.workflows set cancel_requested_at = %s", (at(0.5),))
+    comp = dispatched()
+    comp["by"] = {**comp["by"], "compensation": True}
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, comp])
+    assert run(conn, "NoSendAfterCancel")
+    assert not run(conn, "NoSendAfterCancel", compensations={"wf"})
 
 
 def test_untruthful_receipt_and_checkpoint_gap_are_caught(conn) -> None:

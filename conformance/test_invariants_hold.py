@@ -36,7 +36,8 @@ def evidence(request, admin_dsn, template_db, tmp_path_factory):
     with run_source(name, admin_dsn, template_db, tmp_path_factory.mktemp(name)) as record:
         with db.connect(record.dsn) as conn:
             ev = Evidence(conn, ledger=record.ledger(), access_log=record.access_log(),
-                          events=record.events(), revokes=record.revokes)  # fmt: skip
+                          events=record.events(), revokes=record.revokes,
+                          targets=record.target_configs())  # fmt: skip
             counts = conn.execute(
                 "select (select count(*) from ilr.claims) as claims, "
                 "(select count(*) from ilr.steps) as steps, "

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conformance.invariants import Evidence, check_all
+from conformance.invariants import Evidence, check_all, target_config
 from conformance.run_sources import FLOWS, flows
 from interlock_runtime import Runtime, db, local_postgres, testing
 from interlock_runtime.testing import WorkerProcess, wait_for
@@ -70,7 +70,8 @@ def test_outage_loses_nothing_and_applies_nothing_twice(tmp_path) -> None:
                 with db.connect(dsn) as conn:
                     ev = Evidence(conn, ledger=target_admin.ledger()["refunds"],
                                   access_log=target_admin.log(),
-                                  events=[e for w in workers for e in w.events()])  # fmt: skip
+                                  events=[e for w in workers for e in w.events()],
+                                  targets={target.url: target_config(target.url)})  # fmt: skip
                     violations = {k: v for k, v in check_all(ev).items() if v}
         finally:
             for w in workers:

@@ -37,7 +37,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from conformance.invariants import check_all, record_revoke, snapshot
+from conformance.invariants import check_all, record_revoke, snapshot, target_config
 from conformance.run_sources import FLOWS, PAYMENT, flows
 from interlock_runtime import Runtime, WorkflowFinished, db, testing
 from interlock_runtime.testing import WorkerProcess
@@ -248,7 +248,9 @@ class RefundWorld(RuleBasedStateMachine):
         if not hasattr(self, "target"):
             return
         events = [e for w in self.workers for e in w.events()]
-        with db.connect(self.dsn) as conn, snapshot(conn, self._world, events, self.revokes) as ev:
+        targets = {self.target.url: target_config(self.target.url)}
+        with db.connect(self.dsn) as conn, snapshot(conn, self._world, events, self.revokes,
+                                                    targets) as ev:  # fmt: skip
             results = check_all(ev)
         broken = {k: v for k, v in results.items() if v}
         assert not broken, f"invariants violated: {broken}"

@@ -592,6 +592,7 @@ class Replay:
     def __init__(self, schedule: Schedule, admin: str, template: str, log_dir: Path):
         self.s, self.admin, self.template, self.log_dir = schedule, admin, template, log_dir
         self.t = schedule.trace
+        self.case: dict[str, Any] = {}  # the refund workflow's input (none for Signals traces)
         self.procs: dict[str, Any] = {}
         self.inc = {w: 0 for w in schedule.workers}
         self.all_procs: list[Any] = []
@@ -843,7 +844,10 @@ class Replay:
                     def world():
                         return admin.ledger()["refunds"], admin.log()
 
-                    with db.connect(dsn) as conn, snapshot(conn, world, events, self.revokes) as ev:
+                    with (
+                        db.connect(dsn) as conn,
+                        snapshot(conn, world, events, self.revokes, self._target_configs()) as ev,
+                    ):
                         results = check_all(ev)
                         for name, found in self.live_results.items():
                             if found and isinstance(found, list):
@@ -905,7 +909,7 @@ class Replay:
                 # configuration, which must pass the C2 check (else nothing would run at all).
                 margin = max(margin, c.get("SendTimeout", 1) + c.get("SettleMargin", 1) + 1)
             window = (c.get("DedupAge", 3) + margin) * TICK
-            rt.start("replay_refund", self.wf, {
+            self.case = {
                 "id": self.wf, "target_url": self.target.url, "tier": tier,
                 "queryable": bool(c.get("Queryable", tier != 3)) and tier != 3,
                 "send_timeout": c.get("SendTimeout", 1) * TICK,
@@ -913,7 +917,8 @@ class Replay:
                 "dedup_window": window if tier == 1 else 1e9,
                 "dedup_margin": margin * TICK if tier == 1 else 600.0,
                 "grant": self.grant, "offer_file": str(self.offer),
-                "effects": effects_of(self.t), "grant2": self.grants[1]})  # fmt: skip
+                "effects": effects_of(self.t), "grant2": self.grants[1]}  # fmt: skip
+            rt.start("replay_refund", self.wf, self.case)
         for op in self.s.ops:
             self.do(op)
         self.mark("schedule done")
@@ -921,6 +926,16 @@ class Replay:
         status = self._settle(rt)
         self.mark("settled")
         return status
+
+    def _target_configs(self) -> dict[str, dict]:
+        """The target as it reports itself, narrowed by the model's Queryable constant (the
+        replayed application never asks a target the trace calls non-queryable)."""
+        from conformance.invariants import target_config
+
+        case = self.case
+        cfg = target_config(self.target.url, case.get("queryable"), case.get("dedup_window"),
+                            case.get("dedup_margin"))  # fmt: skip
+        return {self.target.url: cfg}
 
     def _live_check(self) -> dict:
         """Every check at the trace's last state, the processes still where the model left
@@ -933,7 +948,11 @@ class Replay:
         events = [e for p in self.all_procs for e in p.events()]
         with db.connect(self.dsn) as conn:
             with snapshot(
-                conn, lambda: (admin.ledger()["refunds"], admin.log()), events, self.revokes
+                conn,
+                lambda: (admin.ledger()["refunds"], admin.log()),
+                events,
+                self.revokes,
+                self._target_configs(),
             ) as ev:
                 return check_all(ev)
 

@@ -288,8 +288,11 @@ class RuntimeSystem:
         with db.connect(self.run.dsn) as conn:
             n_calls = conn.execute("select count(*) as n from ilr.llm_calls").fetchone()["n"]
             arts["llm_calls"] = n_calls
+            case = self.case()
+            url = case["target_url"]
+            cfg = invariants.target_config(url, case.get("queryable"), case.get("dedup_window"))
             ev = invariants.Evidence(conn, ledger=ledger, access_log=access_log, events=events,
-                                     revokes=self.revokes)  # fmt: skip
+                                     revokes=self.revokes, targets={url: cfg})  # fmt: skip
             checked = invariants.check_all(ev)
         arts["invariants"] = {k: v for k, v in checked.items() if v}  # failing or missing
         arts["invariants_checked"] = len(checked)

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.invariants import check_all, record_revoke, snapshot
+from conformance.invariants import check_all, record_revoke, snapshot, target_config
 from interlock_runtime import Runtime, WorkflowFinished, db, testing
 from interlock_runtime.testing import WorkerProcess
 from interlock_runtime.vocabulary import TERMINAL_STATUSES
@@ -352,7 +352,13 @@ class Soak:
         events = self.fleet.events()
         with (
             db.connect(self.dsn) as conn,
-            snapshot(conn, self.read_world, events, self.revokes) as ev,
+            snapshot(
+                conn,
+                self.read_world,
+                events,
+                self.revokes,
+                {t.admin.url: target_config(t.admin.url) for t in self.targets.values()},
+            ) as ev,
         ):
             results = check_all(ev)
         broken = {k: v[:5] for k, v in results.items() if isinstance(v, list) and v}

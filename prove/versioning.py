@@ -224,7 +224,9 @@ def _runtime_round(rd: Round) -> None:
     ledger, access = rd.world()
     events = [e for w in workers for e in w.events() if e.get("event") != "raw"]
     with db.connect(dsn) as conn:
-        ev = invariants.Evidence(conn, ledger=ledger, access_log=access, events=events)
+        url = rd.target.url
+        ev = invariants.Evidence(conn, ledger=ledger, access_log=access, events=events,
+                                 targets={url: invariants.target_config(url)})  # fmt: skip
         checked = invariants.check_all(ev)
         claim_rows = conn.execute("select workflow_id, epoch, owner, version, claimed_at "
                                   "from ilr.claims order by claimed_at").fetchall()  # fmt: skip
