@@ -1,5 +1,5 @@
 """A receipt bundle: building one from an effect's journal, signing it, and its strict JSON
-text (the format is described in receipts.py)."""
+text (the formats are described in receipts.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import journal
+from . import journal, receipt_keys
 
-FORMAT = "interlock-receipt/1"
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+FORMAT = "interlock-receipt/1"  # HMAC-SHA256 signatures, or unsigned
+FORMAT_V2 = "interlock-receipt/2"  # an Ed25519 signature over a signed head
 BUNDLE_FIELDS = (
     "format",
     "effect_id",
@@ -22,7 +26,21 @@ BUNDLE_FIELDS = (
     "signature",
     "bundle_signature",
 )
+BUNDLE_FIELDS_V2 = (
+    "format",
+    "effect_id",
+    "entries",
+    "late_result",
+    "reconciled",
+    "head",
+    "signature",
+)
 SIGNATURE_FIELDS = ("signature", "bundle_signature")
+# What the content hash of a signed head covers: every field but the head and the signature.
+CONTENT_FIELDS = ("format", "effect_id", "entries", "late_result", "reconciled")
+HEAD_FIELDS = ("alg", "key_id", "effect_id", "entries", "last_hash", "content_hash")
+CONTENT_DOMAIN = FORMAT_V2 + " content\n"
+HEAD_DOMAIN = FORMAT_V2 + " head\n"
 
 
 def key_bytes(key: bytes | str | None) -> bytes | None:
@@ -69,25 +87,75 @@ def bundle_signature(bundle: Mapping[str, Any], key: bytes) -> str:
     return _hmac(_require_key(key), f"{FORMAT}\n{journal.canonical(unsigned)}")
 
 
-def sign(bundle: Mapping[str, Any], key: bytes) -> dict[str, Any]:
-    """A copy of bundle with both signatures computed under key (bytes; a str is UTF-8 encoded)."""
-    raw_key = _require_key(key)
-    out = copy.deepcopy(dict(bundle))
-    out["signature"] = chain_signature(
-        out.get("effect_id", ""), last_entry_hash(out.get("entries")), raw_key
-    )
-    out["bundle_signature"] = bundle_signature(out, raw_key)
+def content_hash(bundle: Mapping[str, Any]) -> str:
+    """sha256 (hex) over the canonical text of the bundle's content fields (CONTENT_FIELDS,
+    missing ones as null): the entries, late_result, reconciled, the format and the effect id."""
+    content = {k: bundle.get(k) for k in CONTENT_FIELDS}
+    return hashlib.sha256((CONTENT_DOMAIN + journal.canonical(content)).encode("utf-8")).hexdigest()
+
+
+def head_message(head: Mapping[str, Any]) -> bytes:
+    """The bytes an Ed25519 signature covers: a domain line and the canonical head."""
+    return (HEAD_DOMAIN + journal.canonical(dict(head))).encode("utf-8")
+
+
+def make_head(bundle: Mapping[str, Any], kid: str) -> dict[str, Any]:
+    """The signed head of a /2 bundle: who signs (alg, key id), which effect, how many entries,
+    the last entry's hash, and the hash of everything else the bundle says."""
+    entries = bundle.get("entries")
+    return {
+        "alg": receipt_keys.ALG,
+        "key_id": kid,
+        "effect_id": bundle.get("effect_id"),
+        "entries": len(entries) if isinstance(entries, list) else 0,
+        "last_hash": last_entry_hash(entries),
+        "content_hash": content_hash(bundle),
+    }
+
+
+def _content(bundle: Mapping[str, Any], fmt: str) -> dict[str, Any]:
+    out = {k: copy.deepcopy(bundle.get(k)) for k in CONTENT_FIELDS}
+    out["format"] = fmt
     return out
+
+
+def sign(bundle: Mapping[str, Any], key: bytes | str | Ed25519PrivateKey) -> dict[str, Any]:
+    """A signed copy of bundle (the argument is left alone).
+
+    key is an Ed25519 private key: the copy is an interlock-receipt/2 bundle, its head signed
+    (needs the signing extra). key is bytes (a str is UTF-8 encoded): the copy is an
+    interlock-receipt/1 bundle with both HMAC-SHA256 signatures, as before version 2.
+    """
+    if isinstance(key, (bytes, bytearray, str)) or key is None:
+        raw_key = _require_key(key)
+        out = _content(bundle, FORMAT)
+        out["signature"] = chain_signature(
+            out.get("effect_id") or "", last_entry_hash(out.get("entries")), raw_key
+        )
+        out["bundle_signature"] = bundle_signature(out, raw_key)
+        return out
+    if receipt_keys.is_private_key(key):
+        out = _content(bundle, FORMAT_V2)
+        out["head"] = make_head(out, receipt_keys.key_id(key))
+        out["signature"] = key.sign(head_message(out["head"])).hex()
+        return out
+    if receipt_keys.is_public_key(key):
+        raise TypeError("signing needs the private key; a public key only verifies")
+    if not receipt_keys._crypto_loaded():
+        raise receipt_keys.SigningUnavailable()
+    raise TypeError(
+        f"a receipt key is an Ed25519 private key or HMAC bytes, not {type(key).__name__}"
+    )
 
 
 def bundle(
     entries: Iterable[Mapping[str, Any] | str | bytes],
     effect_id: str,
-    key: bytes | None = None,
+    key: bytes | str | Ed25519PrivateKey | None = None,
     late_result: Any = None,
     reconciled: Any = None,
 ) -> dict[str, Any]:
-    """The receipt bundle of one effect, signed when a key is given.
+    """The receipt bundle of one effect, signed when a key is given (see sign()).
 
     entries are the sealed entries in journal order, as dicts or as the verbatim body texts of
     ilr.journal. late_result and reconciled are the effects row's columns (JSON or None).

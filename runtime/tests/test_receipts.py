@@ -173,6 +173,8 @@ EXPECTED = {
 }
 
 FIELDS = {
+    "integrity",
+    "signed_by",
     "verified",
     "valid",
     "tamper_evident",
@@ -213,11 +215,15 @@ def test_every_verify_field_for_each_scenario(name: str) -> None:
     built = SCENARIOS[name]()
     unsigned = built.bundle()
     signed = built.bundle(KEY)
+    ed_key = receipts.generate()
+    ed_signed = built.bundle(ed_key)
 
     for b, key, expect_signed in (
         (unsigned, None, None),
         (signed, KEY, True),
         (signed, None, None),
+        (ed_signed, ed_key.public_key(), True),
+        (ed_signed, None, None),
     ):
         result = verify(b, key)
         assert set(result) == FIELDS
@@ -225,6 +231,10 @@ def test_every_verify_field_for_each_scenario(name: str) -> None:
         assert result["problems"] == []
         assert result["tamper_evident"] is True
         assert result["signed"] is expect_signed
+        # Only a signature checked under the verifier's own key establishes integrity.
+        assert result["integrity"] == (
+            receipts.ESTABLISHED if expect_signed else receipts.NOT_ESTABLISHED
+        )
         assert json.loads(json.dumps(result)) == result  # --json can print it as is
 
     ev = verify(signed, KEY)["evidence"]
@@ -572,6 +582,7 @@ def test_verify_never_raises_on_garbage(garbage: object) -> None:
     assert set(r) == FIELDS
     assert r["valid"] is False and r["problems"]
     assert r["tamper_evident"] is False
+    assert r["integrity"] != receipts.ESTABLISHED
 
 
 def test_unknown_and_missing_bundle_fields_are_problems() -> None:
@@ -736,8 +747,12 @@ def test_cli_valid_checklist(tmp_path: Path, capsys, no_env_key) -> None:
         "rechecked at recovery",
     ):
         assert f"[ok] {label}" in out, out
-    assert receipts.main([path]) == 0
-    assert "[--] signed" in capsys.readouterr().out
+    assert "verified: signed by hmac-sha256 key" in out
+    # Without a key nothing is established: exit 3 and the exact words, never "VALID".
+    assert receipts.main([path]) == 3
+    out = capsys.readouterr().out
+    assert "[--] signed" in out and "VALID" not in out.split()
+    assert out.splitlines()[-1] == "unsigned: integrity not established"
 
 
 def test_cli_json_and_key_sources(tmp_path: Path, capsys, monkeypatch, no_env_key) -> None:
@@ -752,8 +767,8 @@ def test_cli_json_and_key_sources(tmp_path: Path, capsys, monkeypatch, no_env_ke
     monkeypatch.setenv(receipts.KEY_ENV, WRONG_KEY.decode())  # the default key source
     assert receipts.main([path, "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["signed"] is False
-    assert receipts.main([path, "--no-key"]) == 0
-    capsys.readouterr()
+    assert receipts.main([path, "--no-key"]) == 3
+    assert "unsigned: integrity not established" in capsys.readouterr().out
 
 
 def test_cli_tampered_exit_1(tmp_path: Path, capsys, no_env_key) -> None:
