@@ -9,8 +9,9 @@
     interlock signal ID NAME [--payload JSON] [--sender WHO]
     interlock cancel ID [--by WHO]
     interlock drain-report [--json]
-    interlock receipt EFFECT_ID [--key-env NAME] > bundle.json
-    interlock verify FILE [--key-env NAME | --key-file F] [--json]
+    interlock receipt EFFECT_ID [--signing-key PEM | --key-env NAME] > bundle.json
+    interlock verify FILE [--public-key PEM | --key-ring PATH | --key-env NAME] [--json]
+    interlock keygen --out DIR                       (an Ed25519 key pair for receipts)
     interlock ambiguous [--json]
     interlock reconcile EFFECT_ID --evidence TEXT --by WHO
     interlock revoke GRANT_ID --by WHO
@@ -205,9 +206,12 @@ def _receipt_key(args: argparse.Namespace) -> bytes | None:
 
 
 def _receipt(args: argparse.Namespace) -> int:
+    from . import receipt_cli, receipts
+
+    signer = receipt_cli.load_signing_key(args.signing_key) if args.signing_key else None
     with _runtime(args) as rt:
-        bundle = rt.receipt(args.effect_id, key=_receipt_key(args))
-    _dump(bundle)
+        bundle = rt.receipt(args.effect_id, key=None if signer else _receipt_key(args))
+    _dump(receipts.sign(bundle, signer) if signer else bundle)
     return 0
 
 
@@ -340,7 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     verb("drain-report", _drain_report, "workflows by name, version and status")
     p = verb("receipt", _receipt, "print an effect's receipt bundle (JSON)", json_flag=False)
     p.add_argument("effect_id")
-    p.add_argument("--key-env", help="sign with the key in this environment variable")
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument("--signing-key", metavar="PEM",
+                      help="sign with this Ed25519 private key (see `interlock keygen`)")  # fmt: skip
+    keys.add_argument("--key-env", help="sign with the HMAC key in this environment variable")
     verb("ambiguous", _ambiguous, "effects waiting for a human to reconcile")
     p = verb("reconcile", _reconcile, "attest the outcome of an AMBIGUOUS effect", json_flag=False)
     p.add_argument("effect_id")
@@ -365,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)  # fmt: skip
     sub.add_parser("verify", help="verify a receipt bundle file (see `interlock verify --help`)",
                    add_help=False)  # fmt: skip
+    sub.add_parser("keygen", help="make an Ed25519 key pair for signing receipts",
+                   add_help=False)  # fmt: skip
     sub.add_parser("console", help="the operator web console on loopback (see `interlock console --help`)",
                    add_help=False)  # fmt: skip
     return parser
@@ -386,6 +395,10 @@ def main(argv: list[str] | None = None) -> int:
         from .receipt_cli import main as verify_main
 
         return verify_main(argv[1:])
+    if argv[:1] == ["keygen"]:  # and the receipt key pair maker
+        from .receipt_cli import keygen_main
+
+        return keygen_main(argv[1:])
     if argv[:1] == ["console"]:  # the web console (the `console` extra), imported only here
         from .console import main as console_main
 
