@@ -598,6 +598,7 @@ class WorkflowContext:
             self._conn.execute(db.query("finish"),
                                {"wf": self.workflow_id, "status": "continued",
                                 "result": db.jsonb({"continued_as": new_id}), "error": None})  # fmt: skip
+            self._conn.execute(db.query("end_workflow_grants"), {"wf": self.workflow_id})
             self._conn.execute(db.query("notify_ready"), {"id": new_id})
         self._raise(ContinuedAsNew(new_id))
 
@@ -669,6 +670,10 @@ def _newest_version(conn: db.Conn, name: str) -> str:
 
 
 APPROVAL_SIGNAL = "approve"  # the signal rt.approve sends with its grant
+# A workflow ending so ends its own grants (its approvals: principal workflow:<id>), revoked as
+# 'workflow finished' in the transaction that ends it (query end_workflow_grants). A stuck one
+# keeps them: an operator may still resolve its open effects (rt.recover_orphans) under them.
+ENDS_GRANTS = ("completed", "failed", "cancelled", "continued")
 
 
 def _approval(payload: Any) -> dict[str, Any] | None:

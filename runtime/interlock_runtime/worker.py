@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 from . import db, killpoints, local_postgres, migrations
-from .context import Run, WorkflowContext, port_of
+from .context import ENDS_GRANTS, Run, WorkflowContext, port_of
 from .errors import (
     Cancelled,
     CodeChanged,
@@ -349,6 +349,8 @@ class Worker:
                     params = {"wf": ctx.workflow_id, "status": status, "result": db.jsonb(result),
                               "error": db.jsonb(error) if error is not None else None}  # fmt: skip
                     conn.execute(db.query("finish"), params)
+                    if status in ENDS_GRANTS:  # its approvals end with it, in this transaction
+                        conn.execute(db.query("end_workflow_grants"), {"wf": ctx.workflow_id})
                     if port.parent_id:
                         self._tell_parent(ctx, status, result, error)
         except Fenced as exc:

@@ -21,7 +21,8 @@ import flows
 import pytest
 
 from conftest import REPO, wait_for
-from interlock_runtime import Runtime, journal
+from interlock_runtime import Runtime, db, journal
+from interlock_runtime.console import auth
 from world.target import Target
 from world.target_client import TargetAdmin
 
@@ -55,21 +56,23 @@ def browser() -> Iterator:
 
 
 class Console:
-    """`interlock console --port 0` in its own process; reads the URL and token it prints."""
+    """`interlock console --port 0` in its own process; reads the URL it prints. `owner_dsn`
+    (default: `dsn`) may create operators, which the console's own role may not."""
 
-    def __init__(self, dsn: str, log_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, dsn: str, log_dir: Path, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = (), owner_dsn: str | None = None) -> None:  # fmt: skip
+        self.owner_dsn = owner_dsn or dsn
         self._err = open(log_dir / "console.stderr", "w")
         cmd = [sys.executable, "-m", "interlock_runtime.cli", "console", "--dsn", dsn,
-               "--port", "0"]  # fmt: skip
+               "--port", "0", *args]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._err, text=True,
                                      env={**os.environ, **(env or {})})  # fmt: skip
-        first, second = self.proc.stdout.readline(), self.proc.stdout.readline()
-        if not second.startswith("token: "):
+        first = self.proc.stdout.readline()
+        if not first.startswith("interlock console: http"):
             self.close()
-            raise AssertionError(f"the console did not start: {first!r} {second!r}\n"
+            raise AssertionError(f"the console did not start: {first!r}\n"
                                  + (log_dir / "console.stderr").read_text())  # fmt: skip
         self.url = first.split()[-1].removesuffix("/login")
-        self.token = second.split()[-1]
         wait_for(self._answers, 30, "the console to answer")
 
     def _answers(self) -> bool:
@@ -128,10 +131,22 @@ def wait_for_approval_wait(rt: Runtime, wf: str) -> dict:
     return rt.describe(wf)
 
 
-def login(page, console: Console, who: str) -> None:
+PASSWORD = "correct horse battery staple"
+
+
+def add_operator(dsn: str, name: str, password: str = PASSWORD) -> None:
+    """An operator account, as `interlock operator add` makes it (the CLI itself is tested in
+    test_operators.py)."""
+    with db.connect(dsn) as c:
+        if c.execute("select 1 from ilr.operators where name = %s", (name,)).fetchone() is None:
+            auth.add_operator(c, name, password)
+
+
+def login(page, console: Console, who: str, password: str = PASSWORD) -> None:
+    add_operator(console.owner_dsn, who)
     page.goto(console.url + "/login")
-    page.fill("#token", console.token)
     page.fill("#name", who)
+    page.fill("#password", password)
     page.click("#login")
     page.wait_for_url("**/approvals")
     assert page.inner_text("#who") == who
@@ -307,8 +322,9 @@ def test_forged_posts_escaping_and_unknown_ids(dsn, conn, workers, console, brow
     r = stranger.request.post(console.url + "/revoke", form={"grant_id": grant, "csrf": "x"},
                               max_redirects=0)  # fmt: skip
     assert r.status == 403 and not revoked()
-    r = stranger.request.post(console.url + "/login", form={"token": "wrong" * 5, "who": "eve"})
-    assert r.status == 403
+    add_operator(dsn, "eve")
+    r = stranger.request.post(console.url + "/login", form={"name": "eve", "password": "wrong" * 5})
+    assert r.status == 403 and "Wrong name or password" in r.text()
     stranger.close()
 
     ctx = browser.new_context()
@@ -366,7 +382,7 @@ def test_the_console_runs_under_the_operator_role(dsn, conn, browser, tmp_path) 
     op_dsn = make_conninfo(**{**conninfo_to_dict(dsn), "user": "ilr_t_console_op"})
     with Runtime(dsn) as rt:
         grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
-    c = Console(op_dsn, tmp_path)
+    c = Console(op_dsn, tmp_path, owner_dsn=dsn)
     try:
         page = browser.new_page()
         login(page, c, "frank")

@@ -1,61 +1,30 @@
-"""Read-only queries of the console. Every action goes through Runtime (runtime.py); these only
-read, so they work under the ilr_operator and ilr_auditor roles alike."""
+"""The console's reads and its audited actions (SQL in sql/queries.sql, the console_* queries).
+
+Reads work under the ilr_operator and ilr_auditor roles alike. Each action (approve, reject,
+revoke, reconcile) runs in one transaction with its audit row (auth.audit), so there is no
+approval without its audit row and no audit row without its approval."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 
-from .. import approve_cli, db, receipts
-from ..errors import WorkflowNotFound
-from ..runtime import Runtime
+from .. import approve_cli, db, journal, receipts
+from ..context import APPROVAL_SIGNAL
+from ..errors import InvalidInput, WorkflowConflict, WorkflowFinished, WorkflowNotFound
+from ..runtime import Runtime, cancel_in, check_id, revoke_in, signal_in
 from ..vocabulary import LIVE_STATUSES, WorkflowStatus
+from . import auth
 
 LIVE = LIVE_STATUSES
 STATUSES = WorkflowStatus.values()
-
-_INBOX = """
-select id from ilr.workflows
- where status in ('pending', 'running', 'sleeping') and waiting->>'signal' = 'approve'
- order by created_at, id"""
-
-_SIGNALS = """
-select id, name, payload, sender, consumed_seq, created_at
-  from ilr.signals where workflow_id = %(wf)s order by id"""
-
-_EFFECTS = """
-select effect_id, workflow_id, target, tier, state, grant_id, sends, first_dispatched_at,
-       send_deadline, settle_margin, reconciled
-  from ilr.effects
- order by first_dispatched_at desc nulls last, effect_id
- limit %(limit)s"""
-
-_JOURNAL = "select seq, kind, body from ilr.journal where effect_id = %(eid)s order by seq"
-
-_GRANTS = """
-select g.id, g.principal, g.action, g.constraints, g.payload_hash, g.facts_seen, g.granted_by,
-       g.expires_at, g.revoked_at, g.revoked_by, g.created_at,
-       (g.revoked_at is null and (g.expires_at is null or g.expires_at > now())) as live,
-       (select count(*) from ilr.effects e where e.grant_id = g.id) as effects,
-       (select count(*) from ilr.effects e
-         where e.grant_id = g.id and e.state = 'dispatched') as in_flight
-  from ilr.grants g
- order by g.created_at desc, g.id
- limit %(limit)s"""
-
-_GRANT = """
-select id, principal, action, constraints, payload_hash, facts_seen, granted_by, expires_at,
-       revoked_at, revoked_by, created_at,
-       (revoked_at is null and (expires_at is null or expires_at > now())) as live
-  from ilr.grants where id = %(grant)s"""
-
-_GRANT_EFFECTS = """
-select effect_id, workflow_id, state, tier, sends, send_deadline
-  from ilr.effects where grant_id = %(grant)s order by effect_id"""
 
 
 def fingerprint(wf_id: str, payload: Any, facts: Any) -> str:
@@ -79,11 +48,25 @@ def proposal(wf: dict[str, Any]) -> dict[str, Any]:
             "fingerprint": fingerprint(wf["id"], payload, facts)}  # fmt: skip
 
 
+def approved_pending(wf: dict[str, Any]) -> dict[str, Any] | None:
+    """The approval a person gave that the workflow has not picked up yet (an approve signal
+    not consumed), as {by, at, grant_id}; None if there is none. The page shows the workflow
+    as approved at once, not as still waiting for approval."""
+    pending = [s for s in wf.get("signals") or []
+               if s["name"] == APPROVAL_SIGNAL and s["consumed_seq"] is None]  # fmt: skip
+    if not pending or wf["status"] not in LIVE:
+        return None
+    first = pending[0]
+    payload = first["payload"] if isinstance(first["payload"], dict) else {}
+    return {"by": first["sender"], "at": first["created_at"], "grant_id": payload.get("grant_id")}
+
+
 class Store:
     """A Runtime for actions and one more connection for the console's own reads."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, session_ttl: float = auth.DEFAULT_SESSION_TTL) -> None:
         self.dsn = dsn
+        self.session_ttl = session_ttl
         self.rt = Runtime(dsn)
         self._lock = threading.Lock()
         self._conn = db.connect(dsn)
@@ -92,18 +75,102 @@ class Store:
         self.rt.close()
         self._conn.close()
 
-    def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[db.Row]:
+    @contextmanager
+    def _using(self) -> Iterator[db.Conn]:
+        """The console's connection, alone (reconnected after e.g. a server restart)."""
         with self._lock:
-            if self._conn.closed or self._conn.broken:  # e.g. after a server restart
+            if self._conn.closed or self._conn.broken:
                 self._conn = db.connect(self.dsn)
             try:
-                return self._conn.execute(sql, params).fetchall()
+                yield self._conn
             except psycopg.OperationalError:
                 self._conn.close()
                 raise
 
+    def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[db.Row]:
+        with self._using() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    # -- identity (auth.py) ----------------------------------------------------------------
+
+    def login(self, name: str, password: str) -> dict[str, Any] | None:
+        with self._using() as conn:
+            return auth.login(conn, name, password, self.session_ttl)
+
+    def session(self, token: str | None) -> dict[str, Any] | None:
+        with self._using() as conn:
+            return auth.session(conn, token)
+
+    def logout(self, token: str) -> None:
+        with self._using() as conn:
+            auth.logout(conn, token)
+
+    def operators(self) -> list[db.Row]:
+        with self._using() as conn:
+            return auth.list_operators(conn)
+
+    def audit_log(self, limit: int = 200) -> list[db.Row]:
+        return self._rows(db.query("audit_list"), {"limit": limit})
+
+    # -- actions: each with its audit row, in one transaction --------------------------------
+
+    def approve(self, wf_id: str, payload: Any, facts: Any, who: str) -> str:
+        """rt.approve's transaction (a grant bound to this payload and these facts, principal
+        workflow:<id>, and the approve signal) plus the audit row. Returns the grant id."""
+        check_id(wf_id)
+        body = db.json_value({"payload": payload, "facts_seen": facts}, "approval")
+        gid = f"grant_{uuid.uuid4().hex[:16]}"
+        with self._using() as conn, conn.transaction():
+            row = conn.execute(db.query("lock_workflow"), {"id": wf_id}).fetchone()
+            if row is None:
+                raise WorkflowNotFound(f"no workflow with id {wf_id!r}; nothing was approved")
+            if row["status"] not in LIVE:
+                raise WorkflowFinished(f"workflow {wf_id!r} is {row['status']}; nothing was "
+                                       "approved")  # fmt: skip
+            # Under the workflow's lock: a second Approve (another tab, another operator) of an
+            # approval not yet picked up is refused, not a second grant.
+            first = conn.execute(db.query("console_pending_approval"), {"wf": wf_id}).fetchone()
+            if first is not None:
+                raise WorkflowConflict(f"workflow {wf_id!r} was already approved by "
+                                       f"{first['sender']}; nothing was approved")  # fmt: skip
+            ph = journal.payload_hash(body["payload"])
+            conn.execute(db.query("insert_grant"), {
+                "id": gid, "principal": f"workflow:{wf_id}", "action": None, "constraints": None,
+                "payload_hash": ph, "facts_seen": db.jsonb(body["facts_seen"]), "by": who,
+                "expires_in": None})  # fmt: skip
+            signal_in(conn, wf_id, APPROVAL_SIGNAL, {"grant_id": gid, **body}, sender=who)
+            auth.audit(conn, "approve", who, wf_id, {"grant_id": gid, "payload_hash": ph})
+        return gid
+
+    def reject(self, wf_id: str, who: str) -> None:
+        check_id(wf_id)
+        with self._using() as conn, conn.transaction():
+            cancel_in(conn, wf_id, who)
+            auth.audit(conn, "reject", who, wf_id)
+
+    def revoke(self, grant_id: str, who: str) -> list[str]:
+        """rt.revoke plus the audit row; returns the effects that may still land."""
+        with self._using() as conn, conn.transaction():
+            still = revoke_in(conn, grant_id, who)
+            auth.audit(conn, "revoke", who, grant_id, {"may_still_land": still})
+        return still
+
+    def reconcile(self, effect_id: str, evidence: str, who: str) -> None:
+        if not evidence:
+            raise InvalidInput("reconcile needs the evidence text")
+        with self._using() as conn, conn.transaction():
+            now = db.db_now(conn)
+            value = {"evidence": evidence, "by": who, "at": now.isoformat()}
+            done = conn.execute(db.query("reconcile_effect"),
+                                {"eid": effect_id, "reconciled": db.jsonb(value)}).fetchone()  # fmt: skip
+            if done is None:
+                raise WorkflowConflict(f"effect {effect_id!r} is not AMBIGUOUS (or does not exist)")
+            auth.audit(conn, "reconcile", who, effect_id, {"evidence": evidence})
+
+    # -- reads -------------------------------------------------------------------------------
+
     def whoami(self) -> str:
-        user: str = self._rows("select current_user as u")[0]["u"]
+        user: str = self._rows(db.query("console_whoami"))[0]["u"]
         return user
 
     def workflows(self, status: str | None, name: str | None, version: str | None) -> list[db.Row]:
@@ -111,12 +178,13 @@ class Store:
 
     def workflow(self, wf_id: str) -> db.Row:
         wf = self.rt.describe(wf_id)
-        wf["signals"] = self._rows(_SIGNALS, {"wf": wf_id})
+        wf["signals"] = self._rows(db.query("console_signals"), {"wf": wf_id})
+        wf["approved"] = approved_pending(wf)
         return wf
 
     def inbox(self) -> list[dict[str, Any]]:
         out = []
-        for row in self._rows(_INBOX):
+        for row in self._rows(db.query("console_inbox")):
             try:
                 wf = self.workflow(row["id"])
             except WorkflowNotFound:
@@ -125,7 +193,7 @@ class Store:
         return out
 
     def effects(self) -> list[db.Row]:
-        return self._rows(_EFFECTS, {"limit": 500})
+        return self._rows(db.query("console_effects"), {"limit": 500})
 
     def ambiguous(self) -> list[db.Row]:
         return self.rt.ambiguous()
@@ -135,7 +203,7 @@ class Store:
         if not rows:
             raise WorkflowNotFound(f"no effect with id {effect_id!r}")
         eff = rows[0]
-        journal = self._rows(_JOURNAL, {"eid": effect_id})
+        journal = self._rows(db.query("console_journal"), {"eid": effect_id})
         eff["journal"] = [{"seq": j["seq"], "kind": j["kind"], "entry": json.loads(j["body"])}
                           for j in journal]  # fmt: skip
         eff["bundle"] = self.rt.receipt(effect_id, key=key) if journal else None
@@ -144,12 +212,12 @@ class Store:
         return eff
 
     def grants(self) -> list[db.Row]:
-        return self._rows(_GRANTS, {"limit": 500})
+        return self._rows(db.query("console_grants"), {"limit": 500})
 
     def grant(self, grant_id: str) -> db.Row:
-        rows = self._rows(_GRANT, {"grant": grant_id})
+        rows = self._rows(db.query("console_grant"), {"grant": grant_id})
         if not rows:
             raise WorkflowNotFound(f"no grant with id {grant_id!r}")
         g = rows[0]
-        g["effect_rows"] = self._rows(_GRANT_EFFECTS, {"grant": grant_id})
+        g["effect_rows"] = self._rows(db.query("console_grant_effects"), {"grant": grant_id})
         return g

@@ -437,3 +437,129 @@ returning target;
 select target, threshold, cooldown, consecutive_failures, opened_at,
        (opened_at is not null and now() < opened_at + cooldown) as open
   from ilr.breakers order by target;
+
+-- ============================================================================================
+-- Workflow-bound grants end with their workflow (migration 0003).
+-- ============================================================================================
+
+-- name: end_workflow_grants
+-- In the transaction that completes, fails, cancels or continues the workflow: its live grants
+-- (principal workflow:<id>, i.e. its approvals) are revoked, reason 'workflow finished'.
+select ilr.end_workflow_grants(%(wf)s, 'workflow finished') as ended;
+
+-- ============================================================================================
+-- Operators of the console: accounts, sessions, audit (console/auth.py, operator_cli.py).
+-- ============================================================================================
+
+-- name: operator_insert
+insert into ilr.operators (name, password_hash) values (%(name)s, %(hash)s)
+on conflict (name) do nothing
+returning name;
+
+-- name: operator_get
+select name, password_hash, created_at, disabled_at from ilr.operators where name = %(name)s;
+
+-- name: operator_list
+select o.name, o.created_at, o.created_by, o.disabled_at, o.disabled_by,
+       (select count(*) from ilr.operator_sessions s
+         where s.operator = o.name and s.ended_at is null and s.expires_at > now()) as sessions,
+       (select max(a.at) from ilr.operator_audit a
+         where a.operator = o.name and a.event = 'login') as last_login
+  from ilr.operators o order by o.name;
+
+-- name: operator_disable
+update ilr.operators
+   set disabled_at = coalesce(disabled_at, now()), disabled_by = coalesce(disabled_by, %(by)s)
+ where name = %(name)s
+returning disabled_at;
+
+-- name: operator_end_sessions
+-- A disabled operator's sessions end in the transaction that disables them.
+update ilr.operator_sessions set ended_at = now(), ended_reason = %(reason)s
+ where operator = %(name)s and ended_at is null
+returning token_hash;
+
+-- name: session_insert
+-- Only for an operator not disabled: a disable racing the login leaves no session behind.
+insert into ilr.operator_sessions (token_hash, operator, csrf, expires_at)
+select %(token_hash)s, name, %(csrf)s, now() + make_interval(secs => %(ttl)s::float8)
+  from ilr.operators where name = %(operator)s and disabled_at is null
+returning expires_at;
+
+-- name: session_get
+-- A live session: not ended, not expired by the database clock, its operator not disabled.
+select s.operator, s.csrf, s.expires_at
+  from ilr.operator_sessions s join ilr.operators o on o.name = s.operator
+ where s.token_hash = %(token_hash)s and s.ended_at is null and s.expires_at > now()
+   and o.disabled_at is null;
+
+-- name: session_end
+update ilr.operator_sessions set ended_at = now(), ended_reason = %(reason)s
+ where token_hash = %(token_hash)s and ended_at is null
+returning operator;
+
+-- name: audit_insert
+insert into ilr.operator_audit (event, operator, subject, detail)
+values (%(event)s, %(operator)s, %(subject)s, %(detail)s)
+returning id, at;
+
+-- name: audit_list
+select id, at, event, operator, subject, detail
+  from ilr.operator_audit order by id desc limit %(limit)s;
+
+-- ============================================================================================
+-- The console's reads (console/store.py).
+-- ============================================================================================
+
+-- name: console_inbox
+-- Waiting for approval and not yet approved: an approve signal not consumed yet means a
+-- person approved and the workflow has not picked it up (the page shows it as approved).
+select w.id from ilr.workflows w
+ where w.status in ('pending', 'running', 'sleeping') and w.waiting->>'signal' = 'approve'
+   and not exists (select 1 from ilr.signals s
+                    where s.workflow_id = w.id and s.name = 'approve' and s.consumed_seq is null)
+ order by w.created_at, w.id;
+
+-- name: console_signals
+select id, name, payload, sender, consumed_seq, created_at
+  from ilr.signals where workflow_id = %(wf)s order by id;
+
+-- name: console_effects
+select effect_id, workflow_id, target, tier, state, grant_id, sends, first_dispatched_at,
+       send_deadline, settle_margin, reconciled
+  from ilr.effects
+ order by first_dispatched_at desc nulls last, effect_id
+ limit %(limit)s;
+
+-- name: console_journal
+select seq, kind, body from ilr.journal where effect_id = %(eid)s order by seq;
+
+-- name: console_grants
+select g.id, g.principal, g.action, g.constraints, g.payload_hash, g.facts_seen, g.granted_by,
+       g.expires_at, g.revoked_at, g.revoked_by, g.revoke_reason, g.created_at,
+       (g.revoked_at is null and (g.expires_at is null or g.expires_at > now())) as live,
+       (select count(*) from ilr.effects e where e.grant_id = g.id) as effects,
+       (select count(*) from ilr.effects e
+         where e.grant_id = g.id and e.state = 'dispatched') as in_flight
+  from ilr.grants g
+ order by g.created_at desc, g.id
+ limit %(limit)s;
+
+-- name: console_grant
+select id, principal, action, constraints, payload_hash, facts_seen, granted_by, expires_at,
+       revoked_at, revoked_by, revoke_reason, created_at,
+       (revoked_at is null and (expires_at is null or expires_at > now())) as live
+  from ilr.grants where id = %(grant)s;
+
+-- name: console_grant_effects
+select effect_id, workflow_id, state, tier, sends, send_deadline
+  from ilr.effects where grant_id = %(grant)s order by effect_id;
+
+-- name: console_whoami
+select current_user as u;
+
+-- name: console_pending_approval
+-- An approval given and not yet taken by the workflow (an approve signal not consumed).
+select id, sender from ilr.signals
+ where workflow_id = %(wf)s and name = 'approve' and consumed_seq is null
+ order by id limit 1;

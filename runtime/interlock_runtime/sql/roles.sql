@@ -19,11 +19,16 @@ revoke all on all tables in schema ilr from ilr_worker, ilr_operator, ilr_audito
 revoke all on all functions in schema ilr from public;
 grant usage on schema ilr to ilr_worker, ilr_operator, ilr_auditor;
 
--- auditor: everything, read only
+-- auditor: everything, read only; of the console's operators only who exists (no password
+-- hashes), and no sessions
 grant select on all tables in schema ilr to ilr_auditor;
+revoke select on ilr.operators, ilr.operator_sessions from ilr_auditor;
+grant select (name, created_at, created_by, disabled_at, disabled_by) on ilr.operators
+  to ilr_auditor;
 
 -- worker
 grant select on all tables in schema ilr to ilr_worker;
+revoke select on ilr.operators, ilr.operator_sessions, ilr.operator_audit from ilr_worker;
 grant insert on ilr.workflows to ilr_worker;                      -- children, successors
 grant update (status, epoch, owner, lease_expires_at, takeovers, available_at, waiting, result,
               error, updated_at) on ilr.workflows to ilr_worker;  -- claims, fences; never cancel
@@ -38,6 +43,7 @@ grant insert, update on ilr.breakers to ilr_worker;              -- counting fai
 grant usage on all sequences in schema ilr to ilr_worker;
 grant execute on function ilr.lock_grant_for_share(text), ilr.signal_parent(text, jsonb),
   ilr.append_only(), ilr.effects_guard() to ilr_worker;
+grant execute on function ilr.end_workflow_grants(text, text) to ilr_worker;  -- a finish ends its grants
 
 -- operator
 grant select on all tables in schema ilr to ilr_operator;
@@ -46,6 +52,10 @@ grant insert on ilr.steps to ilr_operator;                          -- rt.fork c
 grant update (reconciled) on ilr.effects to ilr_operator;
 grant update on ilr.breakers to ilr_operator;                      -- interlock breaker reset
 grant insert on ilr.deployments to ilr_operator;
+-- the console: reads operators (to check a password), keeps sessions, writes the audit; adding
+-- or disabling an operator is for the schema owner (`interlock operator`)
+grant insert, update on ilr.operator_sessions to ilr_operator;
+grant insert on ilr.operator_audit to ilr_operator;
 grant usage on all sequences in schema ilr to ilr_operator;
 grant execute on function ilr.lock_grant_for_share(text), ilr.signal_parent(text, jsonb),
   ilr.append_only(), ilr.effects_guard() to ilr_operator;
