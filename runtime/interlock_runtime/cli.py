@@ -21,6 +21,7 @@
     interlock watchdog [--threshold S] [--json] [--every S]
     interlock roles [--login USER=worker|operator|auditor ...]   (with an admin DSN)
     interlock console [--port 8470]                              (the operator web console)
+    interlock operator add NAME | list | disable NAME            (who may log in to the console)
 
 Every verb takes --dsn (default: ILR_DSN, else the project's own cluster).
 """
@@ -376,6 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)  # fmt: skip
     sub.add_parser("console", help="the operator web console on loopback (see `interlock console --help`)",
                    add_help=False)  # fmt: skip
+    sub.add_parser("operator", help="console operators: add, list, disable (see `interlock operator --help`)",
+                   add_help=False)  # fmt: skip
     return parser
 
 
@@ -403,6 +406,10 @@ def main(argv: list[str] | None = None) -> int:
         from .console import main as console_main
 
         return console_main(argv[1:])
+    if argv[:1] == ["operator"]:  # console operators (operator_cli.py)
+        from .operator_cli import main as operator_main
+
+        return operator_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         status: int = args.func(args)
