@@ -84,6 +84,15 @@ def public_of(key: Ed25519PublicKey | Ed25519PrivateKey) -> Ed25519PublicKey:
     raise TypeError(f"not an Ed25519 key: {type(key).__name__}")
 
 
+def _load_errors() -> tuple[type[Exception], ...]:
+    """What cryptography raises for a PEM it cannot load."""
+    try:
+        from cryptography.exceptions import UnsupportedAlgorithm
+    except ImportError:
+        raise SigningUnavailable() from None
+    return (ValueError, UnsupportedAlgorithm)
+
+
 def _crypto_loaded() -> bool:
     """True when cryptography is importable (without raising)."""
     try:
@@ -199,7 +208,7 @@ def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
         key = ser.load_pem_private_key(data, password=None)
     except TypeError:
         raise KeyFileError(f"signing key {path}: encrypted keys are not supported") from None
-    except (ValueError, ser.UnsupportedAlgorithm) as exc:
+    except _load_errors() as exc:
         raise KeyFileError(f"signing key {path}: not a PEM private key ({_short(exc)})") from None
     if not isinstance(key, private_cls):
         raise KeyFileError(f"signing key {path}: a {type(key).__name__}, not an Ed25519 key")
@@ -233,7 +242,7 @@ def load_public_keys(path: str | os.PathLike[str]) -> list[Ed25519PublicKey]:
             )
         try:
             key = ser.load_pem_public_key(block)
-        except (ValueError, ser.UnsupportedAlgorithm) as exc:
+        except _load_errors() as exc:
             raise KeyFileError(f"public key {path}: not a PEM public key ({_short(exc)})") from None
         if not isinstance(key, public_cls):
             raise KeyFileError(f"public key {path}: a {type(key).__name__}, not an Ed25519 key")
