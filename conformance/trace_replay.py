@@ -471,7 +471,13 @@ def translate(trace: Trace) -> Schedule:
             n = max(h.get(op.pause, 0), 1)
             item = f"{op.pause}@{n}"
             plan = stop_plans.setdefault(key, [])
-            if item not in plan:
+            if item in plan and op.kind == "run":
+                # The worker is held at this very hit already (a step no point can hold, such
+                # as a load, mapped to the point before it): a SIGCONT would let it run free
+                # past the next op's point, so the op leaves it where it is.
+                op.kind = "none"
+                op.note = (op.note + "; " if op.note else "") + f"held at {item} already"
+            else:
                 plan.append(item)
     holds = _holds(trace, sends_at, processed_at)
     good = False
