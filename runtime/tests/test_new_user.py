@@ -338,12 +338,17 @@ def test_new_user_installs_the_wheel_and_sends_an_approved_invoice_mail(
             assert by_key[r["effect_id"]]["worker"] == "new-user-w1"
             assert r["result"] == mail_api.responses[r["effect_id"]], r
 
-        # Each receipt verifies from its file alone (no key: the chain is checked): the sent mails
-        # happened once, authorized; the refused one did not happen.
+        # Each receipt verifies from its file alone (no key: the chain is checked, and verify
+        # says, exit 3, that integrity is not established): the sent mails happened once,
+        # authorized; the refused one did not happen.
         def verify(wf_id: str, effect_id: str) -> dict:
             bundle = home / f"receipt-{wf_id}.json"
             bundle.write_text(cli("receipt", effect_id).stdout)
-            return json.loads(cli("verify", bundle.name, "--json").stdout)
+            checked = cli("verify", bundle.name, "--json", check=False)
+            assert checked.returncode == 3, checked.stdout + checked.stderr
+            verdict = json.loads(checked.stdout)
+            assert verdict["integrity"] == "unsigned: integrity not established", verdict
+            return verdict
 
         for number, r in sent.items():
             verdict = verify(number, r["effect_id"])
