@@ -82,7 +82,8 @@ def receipt_checks(v: dict[str, Any], key_given: bool) -> list[dict[str, Any]]:
         if field == "signed" and value is None:
             state, detail = (
                 "unknown",
-                "not checked: the console has no receipt key (ILR_RECEIPT_KEY)",
+                "unsigned: integrity not established (the console has no receipt key, "
+                "ILR_RECEIPT_KEY)",
             )
         elif value is True:
             state, detail = "ok", "yes"
