@@ -35,6 +35,7 @@ from interlock_runtime import journal, receipts
 from interlock_runtime.vocabulary import RESOLVING_ENTRIES, ResendVia
 
 TERMINAL_ENTRIES = tuple(k.value for k in RESOLVING_ENTRIES)
+FINISHED = ("completed", "failed", "cancelled", "continued")  # workflow statuses that end grants
 RESEND_VIA = ResendVia.values()
 
 
@@ -601,6 +602,24 @@ def revoke_linearizable(ev: Evidence) -> list[str]:
             if at is not None and a["ts"] >= at:
                 out.append(f"{eid}: a send authorized at {a['ts']:.3f} under grant {a['grant']}, "
                            f"revoked at {at:.3f}")  # fmt: skip
+    if not revoked:
+        return out
+    # A workflow's own grants (principal workflow:<id>) end with it: revoked by the runtime in
+    # the transaction that finished it, not by a revoke() call, so no returned list exists.
+    # Judged from the workflow row (finished), not from revoked_by; a revoke() call that was
+    # recorded for such a grant is still checked below.
+    wfs, called = ev.workflows(), {c["grant"] for c in ev.revokes or []}
+
+    def ended_with_workflow(gid: str) -> bool:
+        principal = grants[gid]["principal"] or ""
+        wf = (
+            wfs.get(principal.removeprefix("workflow:"))
+            if principal.startswith("workflow:")
+            else None
+        )
+        return wf is not None and wf["status"] in FINISHED and gid not in called
+
+    revoked = {gid: at for gid, at in revoked.items() if not ended_with_workflow(gid)}
     if not revoked:
         return out
     calls = ev.need("revokes")

@@ -446,6 +446,23 @@ def test_a_send_open_when_the_revoke_committed_must_be_returned(conn) -> None:
         run(conn, "RevokeLinearizable", access_log=log, revokes=[])
 
 
+def test_a_grant_that_ended_with_its_workflow_needs_no_revoke_call(conn) -> None:
+    seed(conn)  # completed
+    grant(conn, revoked=5, principal="workflow:wf")
+    effect(conn, tier=1)
+    claim(conn, "wf", 1, 0)
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(),
+                          {"kind": "COMMITTED", "result": {}}])  # fmt: skip
+    assert run(conn, "RevokeLinearizable", access_log=[post(2.1, 2.2)]) == []
+    # a send authorized after that revoke is still caught (DISPATCHED at +2 s, revoked at +1.5)
+    grant(conn, revoked=1.5, principal="workflow:wf")
+    assert run(conn, "RevokeLinearizable", access_log=[post(2.1, 2.2)])
+    # a running workflow's revoked grant was a revoke() call, whose result must be known
+    conn.execute("update ilr.workflows set status = 'running'")
+    with pytest.raises(MissingEvidence):
+        run(conn, "RevokeLinearizable", access_log=[post(2.1, 2.2)])
+
+
 def test_a_request_landing_after_the_revoke_must_be_returned(conn) -> None:
     seed(conn)
     grant(conn, revoked=5)
