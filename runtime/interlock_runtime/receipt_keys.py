@@ -295,6 +295,8 @@ class KeyRing:
         in it whose name ends in .pem or .pub (others, such as a private .key, are skipped)."""
         p = Path(path)
         ring = cls()
+        if not p.exists():
+            raise KeyFileError(f"key ring {p}: no such file or directory")
         if p.is_dir():
             try:
                 names = sorted(os.listdir(p))

@@ -436,7 +436,8 @@ def test_a_real_receipt_signed_at_export_and_the_key_never_in_the_database(
         out = rt.result("wf-signed", timeout=30)
         eid = out["effect_id"]
         assert out["status"] == "COMMITTED"
-        in_process = rt.receipt(eid, private)  # the key object, passed at export
+        # the key object, passed at export (Runtime.receipt itself takes HMAC bytes only)
+        in_process = receipts.sign(rt.receipt(eid), private)
     env = dict(os.environ, PYTHONPATH=str(REPO / "runtime"))
     env.pop(receipts.KEY_ENV, None)
 
