@@ -21,7 +21,7 @@ from psycopg.rows import dict_row
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import Jsonb
 
-from .errors import Fenced
+from .errors import DatabaseUnreachable, Fenced, InvalidInput
 
 SCHEMA_LOCK = 0x1C0C7A11  # advisory lock key: one schema change at a time (migrations.LOCK)
 FOREVER = datetime.max.replace(tzinfo=timezone.utc)
@@ -68,6 +68,50 @@ def query(name: str) -> str:
 def connect(dsn: str, **kwargs: Any) -> Conn:
     """An autocommit connection returning rows as dicts."""
     return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10, **kwargs)
+
+
+def address(dsn: str) -> str:
+    """Where a DSN points, for messages: host:port/dbname, never the password."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "an unparsable DSN"
+    host = info.get("host") or info.get("hostaddr") or "the local socket"
+    port = info.get("port") or "5432"
+    return f"{host}:{port}/{info.get('dbname') or info.get('user') or ''}"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    for prefix in ("connection failed: ", "connection is bad: "):
+        text = text.removeprefix(prefix)
+    return text[:300]
+
+
+def explain(dsn: str, exc: psycopg.Error) -> InvalidInput | DatabaseUnreachable:
+    """The one-line error a person gets for a failed connection: a malformed DSN is
+    InvalidInput; anything else (down, refused, unknown host, bad password) says where it
+    tried and what to check."""
+    if isinstance(exc, psycopg.ProgrammingError) or _one_line(exc).startswith("invalid "):
+        return InvalidInput(f"the DSN is not valid ({_one_line(exc)}); give --dsn or ILR_DSN as "
+                            "postgresql://USER@HOST:PORT/DBNAME or 'host=... port=... dbname=...'")  # fmt: skip
+    return DatabaseUnreachable(
+        f"cannot reach Postgres at {address(dsn)}: {_one_line(exc)}. Check that the server "
+        "runs (`interlock pg start` for the project's own cluster) and that the DSN (--dsn or "
+        "ILR_DSN) names the right host, port, database and user"
+    )
+
+
+def connect_explained(dsn: str, **kwargs: Any) -> Conn:
+    """connect(), with a failure turned into `explain`'s one-line error (for people: the CLI
+    and the client API; the worker keeps psycopg's errors and retries on them)."""
+    if not isinstance(dsn, str) or not dsn.strip() or "\x00" in dsn:
+        raise InvalidInput("the DSN must be a non-empty string without NUL characters; give "
+                           "--dsn or ILR_DSN as postgresql://USER@HOST:PORT/DBNAME")  # fmt: skip
+    try:
+        return connect(dsn, **kwargs)
+    except psycopg.Error as exc:
+        raise explain(dsn, exc) from None
 
 
 def one(cursor: psycopg.Cursor[Row]) -> Row:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
 
 class InterlockError(Exception):
     """Base class for errors a caller of the runtime can handle."""
@@ -11,6 +13,12 @@ class InterlockError(Exception):
 
 class InvalidInput(InterlockError, ValueError):
     """A workflow input, signal or payload was refused before anything was written."""
+
+
+class DatabaseUnreachable(InterlockError, psycopg.OperationalError):
+    """Postgres could not be reached (down, wrong host or port, refused login). The message is
+    one line naming the address and what to check. It is still a psycopg.OperationalError, so
+    code that retries on those keeps doing so."""
 
 
 class UnknownWorkflow(InterlockError, LookupError):

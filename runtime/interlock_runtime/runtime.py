@@ -1,14 +1,15 @@
 """The client API (docs/api.md): start workflows, read them, wait for results.
 
-Runtime(dsn) applies the schema. Every method validates its input before it writes anything.
+Runtime(dsn) applies the schema. Every public method validates its arguments (validate.py:
+ids, names, finite numbers in range, bounded JSON) before it reads or writes anything; a
+refusal is InvalidInput with a one-line message, and an unreachable database is
+DatabaseUnreachable naming the address.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
-import math
-import re
 import threading
 import time
 import uuid
@@ -16,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from . import authority, db, journal, local_postgres, migrations, receipts
+from . import authority, db, journal, local_postgres, migrations, receipts, validate
 from .errors import (
     CodeChanged,
     InvalidInput,
@@ -27,21 +28,18 @@ from .errors import (
     WorkflowFinished,
     WorkflowNotFound,
 )
-from .vocabulary import TERMINAL_STATUSES
+from .vocabulary import TERMINAL_STATUSES, WorkflowStatus
 from .workflow import WorkflowDef, definition
 
-_ID = re.compile(r"^[A-Za-z0-9_.:@/#=+-]{1,200}$")
-MAX_INPUT_BYTES = 1 << 20
+MAX_INPUT_BYTES = validate.MAX_JSON_BYTES
+MAX_LIST_LIMIT = 100_000
+"""rt.list(limit=...) and `interlock list --limit`: 1 to this many rows."""
+MAX_SEQ = 2**31 - 1
 TERMINAL = TERMINAL_STATUSES
 
 
 def check_id(value: Any, what: str = "workflow id") -> str:
-    if not isinstance(value, str) or not _ID.match(value):
-        raise InvalidInput(
-            f"{what} {value!r} is not valid: use 1-200 characters of letters, digits and "
-            "_ . : @ / # = + -"
-        )
-    return value
+    return validate.identifier(value, what)
 
 
 class Runtime:
@@ -53,8 +51,12 @@ class Runtime:
         empty database gets the schema unless create_schema is false."""
         self.dsn = dsn or local_postgres.dsn()
         self._lock = threading.Lock()
-        self._conn = db.connect(self.dsn)
-        migrations.ensure(self._conn, create=create_schema)
+        self._conn = db.connect_explained(self.dsn)
+        try:
+            migrations.ensure(self._conn, create=create_schema)
+        except BaseException:
+            self._conn.close()
+            raise
 
     def close(self) -> None:
         self._conn.close()
@@ -68,7 +70,7 @@ class Runtime:
     def _execute(self, sql: str, params: dict[str, Any] | None = None) -> psycopg.Cursor[db.Row]:
         with self._lock:
             if self._conn.closed or self._conn.broken:  # e.g. after a server restart
-                self._conn = db.connect(self.dsn)
+                self._conn = db.connect_explained(self.dsn)
             return self._conn.execute(sql, params)
 
     # -- deployments ------------------------------------------------------------------------
@@ -97,9 +99,10 @@ class Runtime:
         WorkflowConflict.
         """
         check_id(wf_id)
+        version = validate.optional_name(version, "version")
         text = _input_text(input)
         if isinstance(workflow, str):
-            name = workflow
+            name = validate.name(workflow, "workflow name")
         else:
             wf = definition(workflow)
             self.register(wf)
@@ -145,6 +148,7 @@ class Runtime:
 
     def describe(self, wf_id: str) -> db.Row:
         """The workflow row, its steps and its claim history. Read only; runs no code."""
+        check_id(wf_id)
         row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
         if row is None:
             raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
@@ -154,17 +158,27 @@ class Runtime:
         return row
 
     def claim_history(self, wf_id: str) -> list[db.Row]:
+        check_id(wf_id)
         return self._execute(db.query("claim_history"), {"wf": wf_id}).fetchall()
 
     def list(self, status: str | None = None, name: str | None = None,
              version: str | None = None, limit: int = 1000) -> list[db.Row]:  # fmt: skip
-        params = {"status": status, "name": name, "version": version, "limit": limit}
+        """Workflows, newest first, optionally filtered; at most `limit` (1-100000) rows."""
+        if status is not None:
+            validate.choice(status, "status", WorkflowStatus.values())
+        params = {"status": status, "name": validate.optional_name(name, "workflow name"),
+                  "version": validate.optional_name(version, "version"),
+                  "limit": validate.count(limit, "limit", high=MAX_LIST_LIMIT)}  # fmt: skip
         return self._execute(db.query("list_workflows"), params).fetchall()
 
     def result(self, wf_id: str, timeout: float | None = None, poll: float = 0.1) -> Any:
         """Wait until the workflow ends; return its result or raise WorkflowFailed.
 
-        A run that continued as new is followed to its successor, as Temporal does."""
+        A run that continued as new is followed to its successor, as Temporal does. `timeout`
+        (seconds, finite, >= 0) None waits for ever; `poll` is 0.001-60 seconds."""
+        check_id(wf_id)
+        timeout = validate.seconds(timeout, "timeout")
+        poll = validate.number(poll, "poll", low=0.001, high=60, unit="seconds")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
@@ -191,8 +205,11 @@ class Runtime:
 
         Refused with nothing written when the workflow does not exist or has ended."""
         check_id(wf_id)
-        if not isinstance(name, str) or not name or name.startswith("$") or len(name) > 200:
-            raise InvalidInput(f"signal name {name!r}: use 1-200 characters not starting with $")
+        validate.name(name, "signal name", max_chars=200)
+        if name.startswith("$"):
+            raise InvalidInput(f"signal name {validate.shown(name)}: names starting with $ are "
+                               "the runtime's own; choose another")  # fmt: skip
+        sender = validate.optional_name(sender, "sender")
         body = json.loads(_input_text({} if payload is None else payload, "signal payload"))
         with self._lock, self._conn.transaction():
             return signal_in(self._conn, wf_id, name, body, sender)
@@ -200,11 +217,14 @@ class Runtime:
     def cancel(self, wf_id: str, by: str | None = None) -> None:
         """Request cancellation: the workflow sees Cancelled once, at its next durable call."""
         check_id(wf_id)
+        by = validate.optional_name(by, "by")
         with self._lock, self._conn.transaction():
             cancel_in(self._conn, wf_id, by)
 
     def migrate(self, wf_id: str, to_version: str) -> None:
         """Move a pending or sleeping workflow to another deployed version of its name."""
+        check_id(wf_id)
+        validate.name(to_version, "version")
         row = self.describe(wf_id)
         self._resolve_version(row["name"], to_version)
         if (
@@ -224,9 +244,11 @@ class Runtime:
         """A new workflow that reuses the recorded steps below at_seq and runs the rest.
 
         Nothing is deleted; effects are keyed by request, so a fork never resends one."""
-        check_id(new_id)
-        if not isinstance(at_seq, int) or at_seq < 1:
-            raise InvalidInput(f"at_seq must be an integer >= 1, got {at_seq!r}")
+        check_id(wf_id)
+        check_id(new_id, "new workflow id")
+        if isinstance(at_seq, bool) or not isinstance(at_seq, int) or not 1 <= at_seq <= MAX_SEQ:
+            raise InvalidInput(f"at_seq must be an integer >= 1 (and at most {MAX_SEQ}), "
+                               f"got {validate.shown(at_seq)}")  # fmt: skip
         with self._lock, self._conn.transaction():
             params = {"id": wf_id, "new_id": new_id, "at_seq": at_seq}
             try:
@@ -249,12 +271,16 @@ class Runtime:
         (`expires_in` seconds; None: until revoked)."""
         if not by:
             raise InvalidInput("grant(by=...) is required: who grants this authority")
+        by = validate.name(by, "by")
         if not isinstance(action, str) or not action:
             raise InvalidInput("grant(action=...) must name the action it allows, e.g. 'refund'")
+        validate.name(action, "action")
+        validate.name(principal, "principal")
         gid = check_id(grant_id or f"grant_{uuid.uuid4().hex[:16]}", "grant id")
         bounds = authority.validate_constraints(
             json.loads(_input_text(constraints, "constraints")) if constraints is not None else None
         )
+        _check_bounds(bounds)
         params = {"id": gid, "principal": principal, "action": action,
                   "constraints": None if bounds is None else db.jsonb(bounds),
                   "payload_hash": None, "facts_seen": None, "by": by,
@@ -272,10 +298,15 @@ class Runtime:
         and the facts the approver saw, plus the `approve` signal {grant_id, payload,
         facts_seen} that wakes the workflow. `action` None: the grant covers this payload
         whatever the effect's action; name one to narrow it."""
+        check_id(wf_id)
         if not by:
             raise InvalidInput("approve(by=...) is required: who approves")
+        by = validate.name(by, "by")
         if action is not None and (not isinstance(action, str) or not action):
             raise InvalidInput("approve(action=...) must be a non-empty string or None")
+        action = validate.optional_name(action, "action")
+        principal = validate.optional_name(principal, "principal")
+        expires = _expires_in(expires_in)
         body = json.loads(_input_text({"payload": payload, "facts_seen": facts_seen}, "approval"))
         gid = f"grant_{uuid.uuid4().hex[:16]}"
         with self._lock, self._conn.transaction():
@@ -284,13 +315,15 @@ class Runtime:
                 "id": gid, "principal": principal or f"workflow:{wf_id}", "action": action,
                 "constraints": None, "payload_hash": journal.payload_hash(body["payload"]),
                 "facts_seen": db.jsonb(body["facts_seen"]), "by": by,
-                "expires_in": _expires_in(expires_in)})  # fmt: skip
+                "expires_in": expires})  # fmt: skip
             signal_in(self._conn, wf_id, "approve", {"grant_id": gid, **body}, sender=by)
         return gid
 
     def revoke(self, grant_id: str, by: str | None = None) -> builtins.list[str]:
         """Revoke a grant. Returns exactly the effects that may still land: those dispatched
         under it before the revoke committed. No later dispatch or resend can use it."""
+        check_id(grant_id, "grant id")
+        by = validate.optional_name(by, "by")
         with self._lock, self._conn.transaction():
             return revoke_in(self._conn, grant_id, by)
 
@@ -302,6 +335,9 @@ class Runtime:
         """Attach a human's attestation to an AMBIGUOUS effect (never written into the journal)."""
         if not by or not evidence:
             raise InvalidInput("reconcile needs evidence and by (who attests)")
+        check_id(effect_id, "effect id")
+        validate.text(evidence, "evidence")
+        validate.name(by, "by")
         value = {
             "evidence": evidence,
             "by": by,
@@ -313,6 +349,9 @@ class Runtime:
 
     def receipt(self, effect_id: str, key: bytes | None = None) -> dict[str, Any]:
         """The effect's journal as a verifiable bundle (HMAC-signed when a key is given)."""
+        check_id(effect_id, "effect id")
+        if key is not None and (not isinstance(key, bytes) or not 1 <= len(key) <= 4096):
+            raise InvalidInput("a receipt key must be 1-4096 bytes (or None: unsigned)")
         entries = [json.loads(r["body"]) for r in
                    self._execute(db.query("journal_entries"), {"eid": effect_id})]  # fmt: skip
         if not entries:
@@ -327,11 +366,13 @@ class Runtime:
 
     def reset_breaker(self, target: str) -> None:
         """Close a target's circuit breaker (after fixing what made it open)."""
+        validate.name(target, "target")
         if self._execute(db.query("breaker_reset"), {"target": target}).fetchone() is None:
             known = ", ".join(b["target"] for b in self.breakers()) or "none"
             raise WorkflowNotFound(f"no circuit breaker for target {target!r}; known: {known}")
 
     def effects(self, wf_id: str) -> builtins.list[db.Row]:
+        check_id(wf_id)
         return self._execute(db.query("effects_of_workflow"), {"wf": wf_id}).fetchall()
 
     def recover_orphans(
@@ -340,6 +381,9 @@ class Runtime:
         """Resolve effects left dispatched by stuck, failed or cancelled workflows, under a
         synthetic claim (owner $recovery); journal and effects rows only, then the workflow's
         previous status is restored. `targets` maps target names to target objects."""
+        lease_ttl = validate.number(lease_ttl, "lease_ttl", low=0.5, high=86_400, unit="seconds")
+        if not isinstance(targets, dict):
+            raise InvalidInput("targets must be a dict of target name to target object")
         from .context import Run, WorkflowContext, port_of
         from .effects import resolve_orphan
 
@@ -408,26 +452,35 @@ def cancel_in(conn: db.Conn, wf_id: str, by: str | None = None) -> None:
 
 
 def _input_text(value: Any, what: str = "workflow input") -> str:
-    try:
-        text = db.to_json_text(value, what)
-    except TypeError as exc:
-        raise InvalidInput(
-            f"{exc}; pass JSON values only (dict, list, str, number, bool, None)"
-        ) from None
-    if len(text.encode()) > MAX_INPUT_BYTES:
-        raise InvalidInput(f"{what} is {len(text)} bytes; the limit is {MAX_INPUT_BYTES}")
-    return text
+    """Canonical JSON text of a value, or InvalidInput (validate.json_text: JSON types, finite
+    numbers, no NUL or lone surrogate, at most 64 levels deep and 1 MiB)."""
+    return validate.json_text(value, what, max_bytes=MAX_INPUT_BYTES)
 
 
 def _expires_in(seconds: Any) -> float | None:
-    """None (never expires) or a positive, finite number of seconds."""
-    if seconds is None:
-        return None
-    if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-            or not math.isfinite(seconds) or seconds <= 0):  # fmt: skip
+    """None (never expires) or a positive, finite number of seconds, at most ten years."""
+    if seconds is not None and (isinstance(seconds, bool)
+                                or not isinstance(seconds, (int, float))):  # fmt: skip
         raise InvalidInput(f"expires_in must be a positive number of seconds (or None: until "
-                           f"revoked), not {seconds!r}")  # fmt: skip
-    return float(seconds)
+                           f"revoked), not {validate.shown(seconds)}")  # fmt: skip
+    return validate.seconds(seconds, "expires_in", allow_zero=False)
+
+
+_MONEY = ("amount", "cents")
+
+
+def _check_bounds(bounds: dict[str, dict[str, Any]] | None) -> None:
+    """Constraint bounds within +-2**53 (exact in every JSON reader); a cap on a money field
+    (its name ends in amount or cents: amounts are never negative) may not be below zero."""
+    for field, ops in (bounds or {}).items():
+        for op in ("min", "max"):
+            if op in ops:
+                validate.number(ops[op], f"constraint on {field!r}: {op}",
+                                low=-validate.MAX_SAFE_INTEGER, high=validate.MAX_SAFE_INTEGER)  # fmt: skip
+        last = field.rsplit(".", 1)[-1].lower()
+        if "max" in ops and last.endswith(_MONEY) and ops["max"] < 0:
+            raise InvalidInput(f"constraint on {field!r}: max {ops['max']} is below zero, so no "
+                               "amount could pass; give a cap of 0 or more")  # fmt: skip
 
 
 def register_deployment(conn: db.Conn, wf: WorkflowDef, allow_code_change: bool) -> None:
