@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -395,5 +396,138 @@ def test_the_console_runs_under_the_operator_role(dsn, conn, browser, tmp_path) 
         row = conn.execute("select revoked_by from ilr.grants where id = %s", (grant,)).fetchone()
         assert row["revoked_by"] == "frank"
         page.close()
+    finally:
+        c.close()
+
+
+def test_each_operator_logs_in_and_the_approval_records_who_is_logged_in(
+    dsn, conn, workers, target, console, browser, shots
+) -> None:
+    """Issue 19: `interlock operator add` then the login form; a wrong password is refused; the
+    approval records the logged-in operator (there is no field to type a name); the page shows
+    the approval at once; when the workflow ends its grant is revoked, with no Revoke button."""
+    import hashlib
+
+    t, admin = target
+    wf = "refund-operator"
+    made = subprocess.run([sys.executable, "-m", "interlock_runtime.cli", "operator", "add",
+                           "grace", "--dsn", dsn], input=PASSWORD + "\n", capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = ctx.new_page()
+    page.goto(console.url + "/login")
+    # The login form asks for a name and a password, nothing else.
+    fields = page.locator("form.login input").evaluate_all("els => els.map(e => e.name)")
+    assert fields == ["name", "password"]
+    page.fill("#name", "grace")
+    page.fill("#password", PASSWORD + "x")
+    page.click("#login")
+    assert page.inner_text("#error") == "Wrong name or password."
+    assert page.locator("#who").count() == 0 and ctx.cookies() == []
+    assert page.goto(console.url + "/approvals").url.endswith("/login")
+    page.fill("#name", "grace")
+    page.fill("#password", PASSWORD)
+    page.click("#login")
+    page.wait_for_url("**/approvals")
+    assert page.inner_text("#who") == "grace"
+    (cookie,) = ctx.cookies()
+    assert (cookie["httpOnly"], cookie["sameSite"]) == (True, "Strict")
+    stored = conn.execute("select token_hash from ilr.operator_sessions").fetchone()
+    assert stored["token_hash"] == hashlib.sha256(cookie["value"].encode()).hexdigest()
+
+    with Runtime(dsn) as rt:
+        first = workers("W1")
+        rt.start(flows.refund, wf, case(t, "case-op"))
+        wait_for_approval_wait(rt, wf)
+        first.close()  # no worker: the approval stays untaken while the page is looked at
+        page.goto(f"{console.url}/workflows/{wf}")
+        card = page.locator(f"section.approval[data-workflow='{wf}']")
+        # Nothing on the page asks who approves: only hidden fields and the buttons.
+        assert card.locator("input:not([type=hidden]), textarea, select").count() == 0
+        assert page.locator("input[name=who], input[name=by], input[name=approver]").count() == 0
+        card.locator("button.approve").click()
+        page.wait_for_url(f"**/workflows/{wf}")
+        # At once: approved, by grace, and nothing left to approve.
+        assert "Approved" in page.inner_text("#flash")
+        assert page.inner_text("#approved-by") == "grace"
+        assert page.locator("button.approve").count() == 0
+        assert "waiting for approval" not in page.inner_text("main").lower()
+        assert "approved" in page.inner_text("#wf-waiting")
+        shots(page, "approved")
+        page.goto(console.url + "/approvals")
+        assert page.locator("#empty-inbox").count() == 1
+        grant = page.goto(f"{console.url}/workflows/{wf}") and page.inner_text("#approved-grant")
+
+        workers("W2")
+        assert rt.result(wf, timeout=60)["status"] == "COMMITTED"
+    g = conn.execute("select granted_by, revoked_by, revoke_reason from ilr.grants "
+                     "where id = %s", (grant,)).fetchone()  # fmt: skip
+    assert g == {"granted_by": "grace", "revoked_by": "$runtime",
+                 "revoke_reason": "workflow finished"}  # fmt: skip
+    sender = conn.execute("select sender from ilr.signals where workflow_id = %s and "
+                          "name = 'approve'", (wf,)).fetchone()["sender"]  # fmt: skip
+    assert sender == "grace"
+    assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
+    # The finished workflow's grant has no Revoke button any more.
+    page.goto(console.url + "/grants")
+    row = page.locator(f"tr[data-grant='{grant}']")
+    assert "workflow finished" in row.inner_text()
+    assert row.locator("button.revoke").count() == 0
+    page.goto(f"{console.url}/grants/{grant}")
+    assert page.locator("button.revoke").count() == 0
+    assert "workflow finished" in page.inner_text("#grant-state")
+    # The audit: the refused login, the login, the approval, each with who.
+    page.goto(console.url + "/audit")
+    shots(page, "audit")
+    rows = conn.execute("select event, operator, subject, detail from ilr.operator_audit "
+                        "where event <> 'operator_added' order by id").fetchall()  # fmt: skip
+    assert [(r["event"], r["operator"]) for r in rows] == [
+        ("login_refused", "grace"), ("login", "grace"), ("approve", "grace")]  # fmt: skip
+    assert rows[0]["detail"] == {"reason": "wrong password"}
+    assert rows[2]["subject"] == wf and rows[2]["detail"]["grant_id"] == grant
+    assert page.locator("#audit tr[data-event='approve'] .operator").inner_text() == "grace"
+    ctx.close()
+
+
+def test_a_session_expires_and_a_disabled_operators_session_ends(
+    dsn, conn, browser, tmp_path
+) -> None:
+    with Runtime(dsn) as rt:
+        grant = rt.grant("agent", "refund", by="policy")
+    c = Console(dsn, tmp_path, args=("--session-ttl", "3"))
+    try:
+        ctx = browser.new_context()
+        page = ctx.new_page()
+        login(page, c, "ken")
+        token_csrf = csrf(page)
+        (cookie,) = ctx.cookies()
+        assert 0 < cookie["expires"] - time.time() <= 3.5  # the browser drops it then, too
+        time.sleep(3.5)  # past --session-ttl
+        # A client that keeps the cookie anyway: the console itself refuses the session.
+        ctx.add_cookies([{k: v for k, v in cookie.items() if k != "expires"}])
+        assert page.goto(c.url + "/grants").url.endswith("/login")
+        r = ctx.request.post(c.url + "/revoke", form={"grant_id": grant, "csrf": token_csrf},
+                             max_redirects=0)  # fmt: skip
+        assert r.status == 403
+        assert conn.execute("select revoked_at from ilr.grants").fetchone()["revoked_at"] is None
+        ctx.close()
+
+        ctx = browser.new_context()
+        page = ctx.new_page()
+        login(page, c, "ken")
+        off = subprocess.run([sys.executable, "-m", "interlock_runtime.cli", "operator",
+                              "disable", "ken", "--dsn", dsn], capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+        assert off.returncode == 0 and "1 session(s) ended" in off.stdout, off.stderr
+        assert page.goto(c.url + "/grants").url.endswith("/login")
+        page.fill("#name", "ken")
+        page.fill("#password", PASSWORD)
+        page.click("#login")
+        assert page.inner_text("#error") == "Wrong name or password."
+        reasons = [r["ended_reason"] for r in conn.execute(
+            "select ended_reason from ilr.operator_sessions order by created_at")]  # fmt: skip
+        assert reasons == [None, "operator disabled"]  # the first one simply expired
+        ctx.close()
     finally:
         c.close()

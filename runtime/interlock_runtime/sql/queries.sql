@@ -474,9 +474,10 @@ update ilr.operators
 returning disabled_at;
 
 -- name: operator_end_sessions
--- A disabled operator's sessions end in the transaction that disables them.
+-- A disabled operator's live sessions end in the transaction that disables them (expired ones
+-- stay as they ended: expired).
 update ilr.operator_sessions set ended_at = now(), ended_reason = %(reason)s
- where operator = %(name)s and ended_at is null
+ where operator = %(name)s and ended_at is null and expires_at > now()
 returning token_hash;
 
 -- name: session_insert
