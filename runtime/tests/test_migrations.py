@@ -231,3 +231,59 @@ def test_the_migration_files_are_numbered_without_gaps(tmp_path: Path) -> None:
                 tmp_path / "migrations" / "0007_late.sql")  # fmt: skip
     with pytest.raises(RuntimeError, match="without gaps"):
         migrations.load(tmp_path / "migrations")
+
+
+def test_0003_operators_applies_on_a_database_at_0002_and_keeps_every_row(
+    empty_dsn: str,
+) -> None:
+    """Migration 0003 (operators, sessions, audit; grants.revoke_reason; end_workflow_grants)
+    on a database at version 2 with rows in it and the least-privilege roles in the cluster."""
+    from interlock_runtime.console import auth
+
+    two = migrations.available()[:2]
+    assert [m.version for m in two] == [1, 2]
+    with db.connect(empty_dsn) as c:
+        migrations.upgrade(c, two)
+        for role in ("ilr_worker", "ilr_operator", "ilr_auditor"):  # roles are cluster-wide
+            if not c.execute("select 1 from pg_roles where rolname = %s", (role,)).fetchone():
+                c.execute(f"create role {role} nologin")
+        c.execute("insert into ilr.deployments values ('w', '1', 'sha', now(), null)")
+        c.execute("insert into ilr.workflows (id, name, version, input, status) values "
+                  "('wf-done', 'w', '1', '{}', 'completed'), ('wf-live', 'w', '1', '{}', "
+                  "'sleeping')")  # fmt: skip
+        c.execute("insert into ilr.grants (id, principal, action, constraints, granted_by) values "
+                  "('g-done', 'workflow:wf-done', null, null, 'alice'), "
+                  "('g-live', 'workflow:wf-live', null, null, 'alice'), "
+                  "('g-policy', 'support-bot', 'refund', '{\"amount\": {\"max\": 5000}}', 'ops')")  # fmt: skip
+        before = snapshot(c)
+    with pytest.raises(SchemaMismatch, match="at schema version 2"):
+        Runtime(empty_dsn)
+    cli = [sys.executable, "-m", "interlock_runtime.cli", "db"]
+    up = subprocess.run([*cli, "upgrade", "--dsn", empty_dsn], capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr
+    assert history(empty_dsn)[:3] == [1, 2, 3]
+    with db.connect(empty_dsn) as c:
+        after = snapshot(c)
+        for table, (expect, got) in same_rows(before, after).items():
+            assert got == expect, f"ilr.{table} changed"  # a migration keeps every row
+        assert {"operators", "operator_sessions", "operator_audit"} <= set(after)
+        grants = {json.loads(r)["id"]: json.loads(r) for r in after["grants"]}
+        assert all(g["revoke_reason"] is None and g["revoked_at"] is None
+                   for g in grants.values())  # fmt: skip
+        # The new door works: a workflow's own live grants end, nobody else's.
+        assert db.one(c.execute(db.query("end_workflow_grants"), {"wf": "wf-live"}))["ended"] == 1
+        reasons = {r["id"]: r["revoke_reason"]
+                   for r in c.execute("select id, revoke_reason from ilr.grants")}  # fmt: skip
+        assert reasons == {"g-done": None, "g-live": "workflow finished", "g-policy": None}
+        # The console's role got its grants from the migration itself.
+        privileges = c.execute(
+            "select has_table_privilege('ilr_operator', 'ilr.operator_sessions', 'insert') as s,"
+            " has_table_privilege('ilr_operator', 'ilr.operator_audit', 'insert') as a,"
+            " has_column_privilege('ilr_auditor', 'ilr.operators', 'password_hash', 'select')"
+            " as h, has_function_privilege('ilr_worker',"
+            " 'ilr.end_workflow_grants(text, text)', 'execute') as f").fetchone()  # fmt: skip
+        assert privileges == {"s": True, "a": True, "h": False, "f": True}
+        auth.add_operator(c, "alice", "a long enough password")
+        assert auth.login(c, "alice", "a long enough password", ttl=60) is not None
+    with Runtime(empty_dsn) as rt:
+        assert {w["id"] for w in rt.list()} == {"wf-done", "wf-live"}
