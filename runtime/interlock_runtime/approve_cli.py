@@ -14,7 +14,8 @@ one action; without it the grant covers this exact payload whatever the effect's
 payload other than the one the workflow then offers is refused at the effect (the grant covers
 exactly one payload hash), so a wrong guess here fails closed.
 
-Exit status: 0 approved, 1 refused by the runtime (e.g. the workflow already ended), 2 bad input.
+Exit status: 0 approved, 1 refused by the runtime (e.g. the workflow already ended), 2 bad input
+or the database unreachable (docs/errors.md).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import json
 import sys
 from typing import Any
 
-from .errors import InterlockError
+from . import validate
+from .errors import DatabaseUnreachable, InterlockError
 
 
 def decided(wf: dict[str, Any], name: str | None = None) -> dict[str, Any] | None:
@@ -67,16 +69,22 @@ def approve(rt: Any, wf_id: str, *, by: str, payload: Any = None, action: str | 
     return grant, payload, facts
 
 
+def _expires(text: str) -> float | None:
+    return validate.seconds(text, "the value", allow_zero=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="interlock approve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("workflow_id")
+    from .cli import Parser, checked
+
+    p = Parser(prog="interlock approve", description=__doc__)
+    p.add_argument("workflow_id", help="the workflow that waits for approval")
     p.add_argument("--by", required=True, help="who approves (recorded in the grant)")
     p.add_argument("--payload", help="the exact payload as JSON (default: what the workflow "
                    "proposes)")  # fmt: skip
     p.add_argument("--action", help="allow only this action (default: any action, this payload)")
     p.add_argument("--decision", help="the decide step's name (default: the latest)")
-    p.add_argument("--expires-in", type=float, help="the grant expires after this many seconds")
+    p.add_argument("--expires-in", type=checked(_expires), metavar="SECONDS",
+                   help="the grant expires after this many seconds (default: until revoked)")  # fmt: skip
     p.add_argument(
         "--dsn", default=None, help="Postgres DSN (default: ILR_DSN or the local cluster)"
     )
@@ -89,16 +97,15 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    try:
-        payload = None if args.payload is None else json.loads(args.payload)
-    except json.JSONDecodeError as exc:
-        print(f"interlock approve: --payload is not JSON ({exc}); nothing was approved",
-              file=sys.stderr)  # fmt: skip
-        return 2
     from . import local_postgres
     from .runtime import Runtime
 
     try:
+        payload = None if args.payload is None else validate.parse_json(args.payload, "--payload")
+        validate.identifier(args.workflow_id, "workflow id")
+        validate.name(args.by, "--by")
+        validate.optional_name(args.action, "--action")
+        validate.optional_name(args.decision, "--decision")
         with Runtime(args.dsn or local_postgres.dsn()) as rt:
             grant, payload, facts = approve(
                 rt, args.workflow_id, by=args.by, payload=payload, action=args.action,
@@ -106,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
     except ValueError as exc:  # bad input, InvalidInput included
         print(f"interlock approve: {exc}; nothing was approved", file=sys.stderr)
+        return 2
+    except DatabaseUnreachable as exc:
+        print(f"interlock approve: {exc}", file=sys.stderr)
         return 2
     except InterlockError as exc:
         print(f"interlock approve: {exc}", file=sys.stderr)

@@ -3,11 +3,13 @@
     interlock pg start|stop|restart-immediate|reset|status
     interlock worker --module my_flows [--lease-ttl 30 --concurrency 4 --only name@version]
     interlock start NAME ID [--input JSON] [--version V]
-    interlock result ID [--timeout SECONDS]
+    interlock result ID [--timeout SECONDS] [--json]
     interlock list [--status S --name N --version V] [--json]
     interlock describe ID [--json]
     interlock signal ID NAME [--payload JSON] [--sender WHO]
     interlock cancel ID [--by WHO]
+    interlock fork ID NEW_ID --at-seq N              (reuse steps below N, run the rest)
+    interlock migrate ID --to-version V | --schema   (a workflow's version, or the schema)
     interlock drain-report [--json]
     interlock receipt EFFECT_ID [--signing-key PEM | --key-env NAME] > bundle.json
     interlock verify FILE [--public-key PEM | --key-ring PATH | --key-env NAME] [--json]
@@ -17,25 +19,33 @@
     interlock revoke GRANT_ID --by WHO
     interlock approve WF --by WHO [--payload JSON] [--action A]
     interlock db status | upgrade
-    interlock breaker list | reset TARGET
+    interlock breaker list [--json] | reset TARGET
     interlock watchdog [--threshold S] [--json] [--every S]
     interlock roles [--login USER=worker|operator|auditor ...]   (with an admin DSN)
     interlock console [--port 8470]                              (the operator web console)
     interlock operator add NAME | list | disable NAME            (who may log in to the console)
 
-Every verb takes --dsn (default: ILR_DSN, else the project's own cluster).
+Every verb takes --dsn (default: ILR_DSN, else the project's own cluster); `interlock --version`.
+
+Exit status: 0 done; 1 refused by the runtime (no such workflow, already ended, a conflict);
+2 invalid input or the database unreachable (one line on stderr, nothing written; see
+docs/errors.md); 3 `result --timeout` ran out. A reader that closes the pipe early
+(`interlock list | head -1`) is not an error.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import local_postgres
-from .errors import InterlockError
+from . import local_postgres, validate
+from .errors import DatabaseUnreachable, InterlockError, InvalidInput
+from .vocabulary import WorkflowStatus
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -66,8 +76,39 @@ def _pg(args: argparse.Namespace) -> int:
 
 def _worker(rest: list[str]) -> int:
     from .worker import main as worker_main
+    from .worker import parse_args
 
+    if not {"-h", "--help"} & set(rest):
+        args = parse_args(rest)  # argparse's own errors exit 2 here
+        validate.count(args.concurrency, "--concurrency", high=MAX_CONCURRENCY)
+        validate.number(args.lease_ttl, "--lease-ttl", low=0.5, high=86_400, unit="seconds")
+        validate.number(args.poll, "--poll", low=0.01, high=3600, unit="seconds")
+        for module in args.module:
+            validate.name(module, "--module")
+        validate.optional_name(args.worker_id, "--id")
+        validate.optional_name(args.only, "--only", max_chars=validate.MAX_TEXT_CHARS)
+        _check_dsn(args.dsn)
     return worker_main(rest)
+
+
+MAX_CONCURRENCY = 256
+"""`interlock worker --concurrency`: 1 to this many workflows at once."""
+
+
+def _check_dsn(dsn: str | None) -> None:
+    """A --dsn that cannot be parsed is invalid input, refused before anything connects."""
+    if dsn is None:
+        return
+    import psycopg
+
+    from . import db
+
+    if not isinstance(dsn, str) or not dsn.strip() or "\x00" in dsn:
+        raise InvalidInput("--dsn is empty or holds a NUL: give postgresql://USER@HOST:PORT/DB")
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        raise db.explain(dsn, exc) from None
 
 
 # -- printing -----------------------------------------------------------------------------------
@@ -107,6 +148,12 @@ def _runtime(args: argparse.Namespace) -> Runtime:
     return Runtime(args.dsn or local_postgres.dsn())
 
 
+def _connect(args: argparse.Namespace) -> Any:
+    from . import db
+
+    return db.connect_explained(args.dsn or local_postgres.dsn())
+
+
 def _list(args: argparse.Namespace) -> int:
     with _runtime(args) as rt:
         rows = rt.list(status=args.status, name=args.name, version=args.version, limit=args.limit)
@@ -137,11 +184,7 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _signal(args: argparse.Namespace) -> int:
-    try:
-        payload = json.loads(args.payload)
-    except json.JSONDecodeError as exc:
-        print(f"interlock signal: --payload is not JSON ({exc}); nothing was sent", file=sys.stderr)
-        return 2
+    payload = validate.parse_json(args.payload, "--payload")
     if args.name == "approve" and not (isinstance(payload, dict) and "grant_id" in payload):
         print("interlock signal: an approval needs a grant, which a bare signal does not make; "
               f"run `interlock approve {args.id} --by WHO [--payload JSON]`; nothing was sent",
@@ -154,11 +197,7 @@ def _signal(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
-    try:
-        value = json.loads(args.input)
-    except json.JSONDecodeError as exc:
-        print(f"interlock start: --input is not JSON ({exc}); nothing was started", file=sys.stderr)
-        return 2
+    value = validate.parse_json(args.input, "--input")
     with _runtime(args) as rt:
         wf_id = rt.start(args.name, args.id, value, version=args.version)
         version = rt.describe(wf_id)["version"]
@@ -173,7 +212,7 @@ def _result(args: argparse.Namespace) -> int:
         except TimeoutError as exc:
             print(f"interlock result: {exc}", file=sys.stderr)
             return 3
-    print(json.dumps(value, indent=2, default=str))
+    _dump({"id": args.id, "status": "completed", "result": value} if args.json else value)
     return 0
 
 
@@ -181,6 +220,35 @@ def _cancel(args: argparse.Namespace) -> int:
     with _runtime(args) as rt:
         rt.cancel(args.id, by=args.by)
     print(f"cancel requested for {args.id}; it sees Cancelled at its next durable call")
+    return 0
+
+
+def _fork(args: argparse.Namespace) -> int:
+    with _runtime(args) as rt:
+        new_id = rt.fork(args.id, args.at_seq, args.new_id)
+    print(f"forked {args.id} at seq {args.at_seq} as {new_id}: steps below {args.at_seq} are "
+          "reused, the rest runs on a worker")  # fmt: skip
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    if args.schema:
+        if args.id is not None or args.to_version is not None:
+            raise InvalidInput("--schema migrates the database schema: give no workflow id and "
+                               "no --to-version with it")  # fmt: skip
+        from . import migrations
+
+        with _connect(args) as conn:
+            done = migrations.upgrade(conn)
+        print("applied " + ", ".join(m.label for m in done) if done
+              else f"already at schema version {migrations.latest()}: nothing to do")  # fmt: skip
+        return 0
+    if args.id is None or args.to_version is None:
+        raise InvalidInput("give a workflow ID and --to-version V (a pending or sleeping "
+                           "workflow moves to that deployed version), or --schema")  # fmt: skip
+    with _runtime(args) as rt:
+        rt.migrate(args.id, args.to_version)
+    print(f"migrated {args.id} to version {args.to_version}")
     return 0
 
 
@@ -252,6 +320,9 @@ def _breaker(args: argparse.Namespace) -> int:
             print(f"breaker of {args.target} reset: dispatches to it are allowed again")
             return 0
         rows = rt.breakers()
+    if args.json:
+        _dump(rows)
+        return 0
     print_table(
         rows, ["target", "open", "consecutive_failures", "threshold", "cooldown", "opened_at"]
     )
@@ -261,8 +332,12 @@ def _breaker(args: argparse.Namespace) -> int:
 def _roles(args: argparse.Namespace) -> int:
     from . import db, migrations
 
-    logins = dict(item.split("=", 1) for item in args.login)
-    with db.connect(args.dsn or local_postgres.dsn()) as conn:
+    logins: dict[str, str] = {}
+    for item in args.login:
+        user, _, role = item.partition("=")
+        validate.name(user, "--login USER")
+        logins[user] = validate.choice(role, f"--login {user}=ROLE: the role", db.ROLES)
+    with _connect(args) as conn:
         migrations.ensure(conn)
         db.apply_roles(conn, logins)
     print("roles ilr_worker, ilr_operator, ilr_auditor are in place"
@@ -271,9 +346,9 @@ def _roles(args: argparse.Namespace) -> int:
 
 
 def _db(args: argparse.Namespace) -> int:
-    from . import db, migrations
+    from . import migrations
 
-    with db.connect(args.dsn or local_postgres.dsn()) as conn:
+    with _connect(args) as conn:
         if args.action == "upgrade":
             done = migrations.upgrade(conn)
             print("applied " + ", ".join(m.label for m in done) if done
@@ -295,19 +370,83 @@ def _db(args: argparse.Namespace) -> int:
     return 0
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help shows its default: argparse's value, unless the help text already
+    says what the default is in words (e.g. "default: ILR_DSN or the local cluster")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings or action.required
+                or action.default in (None, False, argparse.SUPPRESS)):  # fmt: skip
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: `interlock VERB: error: ...`, exit status 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> Any:  # argparse declares NoReturn
+        print(f"{self.prog}: error: {' '.join(message.split())} (see `{self.prog} --help`)",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(2)
+
+
+def checked(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a validate.py check: its InvalidInput message is the error."""
+
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except InvalidInput as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _seconds(text: str) -> float | None:
+    return validate.seconds(text, "the value")
+
+
+def _limit(text: str) -> int:
+    from .runtime import MAX_LIST_LIMIT
+
+    return validate.count(text, "the value", high=MAX_LIST_LIMIT)
+
+
+def _seq(text: str) -> int:
+    from .runtime import MAX_SEQ
+
+    return validate.count(text, "the value", high=MAX_SEQ)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"interlock {version('interlock-runtime')}"
+    except PackageNotFoundError:  # a checkout on sys.path without the package installed
+        return "interlock (version unknown: the package is not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="interlock", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="interlock", description=__doc__)
+    parser.add_argument("--version", action="version", version=_version(),
+                        help="print the installed version and exit")  # fmt: skip
+    sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
 
     pg = sub.add_parser("pg", help="manage the project's own PostgreSQL cluster")
-    pg.add_argument("action", choices=["start", "stop", "restart-immediate", "reset", "status"])
+    pg.add_argument("action", choices=["start", "stop", "restart-immediate", "reset", "status"],
+                    help="what to do with the cluster")  # fmt: skip
     pg.add_argument("--json", action="store_true", help="status as JSON")
     pg.set_defaults(func=_pg)
 
     worker = sub.add_parser("worker", help="run a worker (see `interlock worker --help`)",
                             add_help=False)  # fmt: skip
-    worker.add_argument("rest", nargs=argparse.REMAINDER)
+    worker.add_argument("rest", nargs=argparse.REMAINDER, help="the worker's own options")
     worker.set_defaults(func=lambda a: _worker(a.rest))
 
     def verb(name: str, func: Any, help: str, json_flag: bool = True) -> argparse.ArgumentParser:
@@ -321,52 +460,79 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = verb("list", _list, "list workflows")
-    p.add_argument("--status")
-    p.add_argument("--name")
-    p.add_argument("--version")
-    p.add_argument("--limit", type=int, default=1000)
-    verb("describe", _describe, "one workflow: row, steps, claim history").add_argument("id")
+    p.add_argument("--status", choices=WorkflowStatus.values(),
+                   help="only workflows in this status (default: any)")  # fmt: skip
+    p.add_argument("--name", help="only this workflow name (default: any)")
+    p.add_argument("--version", help="only this version (default: any)")
+    p.add_argument("--limit", type=checked(_limit), default=1000, metavar="N",
+                   help="at most N rows, newest first (1-100000)")  # fmt: skip
+    verb("describe", _describe, "one workflow: row, steps, claim history").add_argument(
+        "id", help="the workflow id"
+    )
     p = verb("start", _start, "start a workflow by name (idempotent on the id)", json_flag=False)
-    p.add_argument("name")
-    p.add_argument("id")
-    p.add_argument("--input", default="{}", help="JSON input (default {})")
-    p.add_argument("--version", help="default: the newest deployed version")
-    p = verb("result", _result, "wait for a workflow's result", json_flag=False)
-    p.add_argument("id")
-    p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("name", help="the workflow name a worker serves")
+    p.add_argument("id", help="the new workflow's id (a second start with it is idempotent)")
+    p.add_argument("--input", default="{}", metavar="JSON", help="the workflow input")
+    p.add_argument("--version", help="the version to run (default: the newest deployed)")
+    p = verb("result", _result, "wait for a workflow's result")
+    p.add_argument("id", help="the workflow id")
+    p.add_argument("--timeout", type=checked(_seconds), default=None, metavar="SECONDS",
+                   help="give up after this long, exit 3 (default: wait for ever)")  # fmt: skip
     p = verb("signal", _signal, "send a durable signal", json_flag=False)
-    p.add_argument("id")
-    p.add_argument("name")
-    p.add_argument("--payload", default="{}", help="JSON payload (default {})")
-    p.add_argument("--sender")
+    p.add_argument("id", help="the workflow id")
+    p.add_argument("name", help="the signal name (not starting with $)")
+    p.add_argument("--payload", default="{}", metavar="JSON", help="the signal payload")
+    p.add_argument("--sender", help="who sends it, recorded with it (default: nobody named)")
     p = verb("cancel", _cancel, "request cancellation", json_flag=False)
-    p.add_argument("id")
-    p.add_argument("--by")
+    p.add_argument("id", help="the workflow id")
+    p.add_argument("--by", help="who cancels, recorded (default: nobody named)")
+    p = verb("fork", _fork, "a new workflow reusing another's steps below a sequence number",
+             json_flag=False)  # fmt: skip
+    p.add_argument("id", help="the workflow to fork from")
+    p.add_argument("new_id", help="the new workflow's id")
+    p.add_argument("--at-seq", type=checked(_seq), required=True, metavar="N",
+                   help="required: steps below N are reused, N and later run again")  # fmt: skip
+    p = verb("migrate", _migrate, "move a workflow to another deployed version, or upgrade the "
+             "schema (--schema)", json_flag=False)  # fmt: skip
+    p.add_argument("id", nargs="?", default=None,
+                   help="a pending or sleeping workflow (default: none; give --schema instead)")  # fmt: skip
+    p.add_argument("--to-version", metavar="V",
+                   help="the deployed version to move it to (default: none, required with ID)")  # fmt: skip
+    p.add_argument("--schema", action="store_true",
+                   help="apply pending schema migrations, as `interlock db upgrade` does")  # fmt: skip
     verb("drain-report", _drain_report, "workflows by name, version and status")
     p = verb("receipt", _receipt, "print an effect's receipt bundle (JSON)", json_flag=False)
-    p.add_argument("effect_id")
+    p.add_argument("effect_id", help="the effect id (eff_...)")
+    p.add_argument("--json", action="store_true", help="accepted for uniformity: the bundle is "
+                   "always JSON")  # fmt: skip
     keys = p.add_mutually_exclusive_group()
     keys.add_argument("--signing-key", metavar="PEM",
-                      help="sign with this Ed25519 private key (see `interlock keygen`)")  # fmt: skip
-    keys.add_argument("--key-env", help="sign with the HMAC key in this environment variable")
+                      help="sign with this Ed25519 private key (see `interlock keygen`; "
+                      "default: HMAC or unsigned, see --key-env)")  # fmt: skip
+    keys.add_argument("--key-env", metavar="NAME",
+                      help="sign with the HMAC key in this environment variable (default: "
+                      "ILR_RECEIPT_KEY if set, else unsigned)")  # fmt: skip
     verb("ambiguous", _ambiguous, "effects waiting for a human to reconcile")
     p = verb("reconcile", _reconcile, "attest the outcome of an AMBIGUOUS effect", json_flag=False)
-    p.add_argument("effect_id")
-    p.add_argument("--evidence", required=True)
-    p.add_argument("--by", required=True)
+    p.add_argument("effect_id", help="the AMBIGUOUS effect's id")
+    p.add_argument("--evidence", required=True, metavar="TEXT",
+                   help="required: what shows the outcome (a statement, a ticket, a log line)")  # fmt: skip
+    p.add_argument("--by", required=True, metavar="WHO", help="required: who attests")
     p = verb("revoke", _revoke, "revoke a grant; lists the effects that may still land",
              json_flag=False)  # fmt: skip
-    p.add_argument("grant_id")
-    p.add_argument("--by", required=True)
-    p = verb("breaker", _breaker, "list circuit breakers, or reset one", json_flag=False)
-    p.add_argument("action", choices=["list", "reset"])
-    p.add_argument("target", nargs="?")
+    p.add_argument("grant_id", help="the grant id")
+    p.add_argument("--by", required=True, metavar="WHO", help="required: who revokes")
+    p = verb("breaker", _breaker, "list circuit breakers, or reset one")
+    p.add_argument("action", choices=["list", "reset"], help="list them, or reset TARGET's")
+    p.add_argument("target", nargs="?", help="the target to reset (default: none; needed by "
+                   "reset)")  # fmt: skip
     p = verb("db", _db, "the schema: `status` (applied and pending migrations) or `upgrade`")
-    p.add_argument("action", choices=["status", "upgrade"])
+    p.add_argument("action", choices=["status", "upgrade"], help="show the schema, or upgrade it")
     p = verb("roles", _roles, "create the least-privilege roles (needs an admin DSN)",
              json_flag=False)  # fmt: skip
     p.add_argument("--login", action="append", default=[], metavar="USER=ROLE",
-                   help="also create a login user in ilr_worker, ilr_operator or ilr_auditor")  # fmt: skip
+                   help="also create a login user in ilr_worker, ilr_operator or ilr_auditor "
+                   "(repeatable; default: no login users)")  # fmt: skip
     sub.add_parser("approve", help="approve a workflow's decided payload (see `interlock approve --help`)",
                    add_help=False)  # fmt: skip
     sub.add_parser("watchdog", help="report overdue workflows and effects (exit 1 if any)",
@@ -382,41 +548,123 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["worker"]:  # the worker parses its own flags
-        return _worker(argv[1:])
-    if argv[:1] == ["watchdog"]:  # and the watchdog (a separate process by design)
+_IDS = {"id": "workflow id", "new_id": "new workflow id", "effect_id": "effect id",
+        "grant_id": "grant id"}  # fmt: skip
+_NAMES = {"name": "name", "version": "--version", "to_version": "--to-version", "by": "--by",
+          "sender": "--sender", "target": "target", "key_env": "--key-env"}  # fmt: skip
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Ids and names of every verb, checked before anything connects (validate.py)."""
+    for attr, what in _IDS.items():
+        if getattr(args, attr, None) is not None:
+            validate.identifier(getattr(args, attr), what)
+    for attr, what in _NAMES.items():
+        if getattr(args, attr, None) is not None:
+            validate.name(getattr(args, attr), what)
+    if getattr(args, "evidence", None) is not None:
+        validate.text(args.evidence, "--evidence")
+    if hasattr(args, "dsn"):
+        _check_dsn(args.dsn or local_postgres.dsn())
+
+
+def _dsn_in(argv: list[str]) -> str:
+    """The --dsn a delegated verb was given (for messages), else the default one."""
+    for i, item in enumerate(argv):
+        if item == "--dsn" and i + 1 < len(argv):
+            return argv[i + 1]
+        if item.startswith("--dsn="):
+            return item.split("=", 1)[1]
+    return local_postgres.dsn()
+
+
+def _delegate(argv: list[str]) -> Callable[[], int] | None:
+    """The verbs that parse their own flags, each its module's main (imported only here)."""
+    verb, rest = argv[0] if argv else "", argv[1:]
+    if verb == "worker":  # the worker parses its own flags
+        return lambda: _worker(rest)
+    if verb == "watchdog":  # and the watchdog (a separate process by design)
         from .watchdog import main as watchdog_main
 
-        return watchdog_main(argv[1:])
-    if argv[:1] == ["approve"]:  # a person approves a decision (approve_cli.py)
+        return lambda: watchdog_main(rest)
+    if verb == "approve":  # a person approves a decision (approve_cli.py)
         from .approve_cli import main as approve_main
 
-        return approve_main(argv[1:])
-    if argv[:1] == ["verify"]:  # so does the receipt verifier
+        return lambda: approve_main(rest)
+    if verb == "verify":  # so does the receipt verifier
         from .receipt_cli import main as verify_main
 
-        return verify_main(argv[1:])
-    if argv[:1] == ["keygen"]:  # and the receipt key pair maker
+        return lambda: verify_main(rest)
+    if verb == "keygen":  # and the receipt key pair maker
         from .receipt_cli import keygen_main
 
-        return keygen_main(argv[1:])
-    if argv[:1] == ["console"]:  # the web console (the `console` extra), imported only here
+        return lambda: keygen_main(rest)
+    if verb == "console":  # the web console (the `console` extra), imported only here
         from .console import main as console_main
 
-        return console_main(argv[1:])
-    if argv[:1] == ["operator"]:  # console operators (operator_cli.py)
+        return lambda: console_main(rest)
+    if verb == "operator":  # console operators (operator_cli.py)
         from .operator_cli import main as operator_main
 
-        return operator_main(argv[1:])
-    args = build_parser().parse_args(argv)
+        return lambda: operator_main(rest)
+    return None
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout went away (`| head -1`): send what is left nowhere, quietly."""
     try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file descriptor (tests capture it)
+        pass
+
+
+def run(command: str, dsn: Callable[[], str], body: Callable[[], int]) -> int:
+    """Run one verb under the error contract (docs/errors.md): invalid input and an
+    unreachable database are one line on stderr and exit 2; a refusal by the runtime is one
+    line and exit 1; a closed stdout pipe ends quietly; never a traceback for any of these."""
+    import psycopg
+
+    from . import db
+
+    try:
+        return body()
+    except (InvalidInput, DatabaseUnreachable) as exc:
+        print(f"interlock {command}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except psycopg.OperationalError as exc:  # the connection was lost during the command
+        print(f"interlock {command}: {db.explain(dsn(), exc)}", file=sys.stderr)
+        return 2
+    except InterlockError as exc:
+        print(f"interlock {command}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    except KeyboardInterrupt:
+        print(f"interlock {command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    delegated = _delegate(argv)
+    if delegated is not None:
+
+        def checked_first() -> int:
+            if argv[0] != "worker":  # the worker checks its --dsn with its other flags
+                _check_dsn(_dsn_in(argv))
+            return delegated()
+
+        return run(argv[0], lambda: _dsn_in(argv), checked_first)
+    args = build_parser().parse_args(argv)
+
+    def body() -> int:
+        _check_args(args)
         status: int = args.func(args)
         return status
-    except InterlockError as exc:
-        print(f"interlock {args.command}: {exc}", file=sys.stderr)
-        return 1
+
+    return run(args.command, lambda: getattr(args, "dsn", None) or local_postgres.dsn(), body)
 
 
 if __name__ == "__main__":

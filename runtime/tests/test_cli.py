@@ -83,3 +83,124 @@ def test_signal_cancel_and_bad_input_through_the_cli(dsn, tmp_path) -> None:
     finally:
         w.terminate()
         w.wait(timeout=20)
+
+
+# -- the error contract and the complete CLI (docs/errors.md) ------------------------------------
+
+DOWN = "postgresql://postgres@127.0.0.1:1/nothing?connect_timeout=3"  # nothing listens on port 1
+MALFORMED = "this is not a dsn"
+
+# Every verb that talks to the database, with the arguments it needs; `worker` is left out: it
+# waits for the database by design (it logs db_unavailable and retries until it is up).
+DB_VERBS = [
+    ["list"], ["list", "--json"], ["describe", "w1"], ["start", "echo", "w9"],
+    ["result", "w1", "--timeout", "1"], ["signal", "w1", "go"], ["cancel", "w1"],
+    ["fork", "w1", "w2", "--at-seq", "1"], ["migrate", "w1", "--to-version", "1"],
+    ["migrate", "--schema"], ["drain-report"], ["receipt", "eff_x"], ["ambiguous"],
+    ["reconcile", "eff_x", "--evidence", "seen", "--by", "ann"], ["revoke", "g1", "--by", "ann"],
+    ["breaker", "list"], ["breaker", "reset", "t"], ["db", "status"], ["db", "upgrade"],
+    ["roles"], ["approve", "w1", "--by", "ann", "--payload", "{}"], ["watchdog"],
+    ["operator", "list"],
+]  # fmt: skip
+
+
+def _in_process(capsys, *args: str) -> tuple[int, str, str]:
+    from interlock_runtime import cli
+
+    status = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_every_verb_explains_a_database_that_is_down_or_a_dsn_that_is_malformed(capsys) -> None:
+    seen = 0
+    for args in DB_VERBS:
+        for dsn, expected in ((DOWN, "cannot reach Postgres at 127.0.0.1:1/nothing"),
+                              (MALFORMED, "the DSN is not valid")):  # fmt: skip
+            status, _, err = _in_process(capsys, *args, "--dsn", dsn)
+            assert status == 2, (args, dsn, err)
+            assert expected in err and "ILR_DSN" in err, (args, err)
+            assert len(err.strip().splitlines()) == 1, (args, err)
+            seen += 1
+    assert seen == 2 * len(DB_VERBS)
+    # and as a real process: one line, no traceback, exit 2
+    proc = interlock(DOWN, "list", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "interlock pg start" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_version_and_a_default_or_required_shown_for_every_option() -> None:
+    import argparse
+
+    from interlock_runtime import approve_cli, cli
+
+    out = subprocess.run([sys.executable, "-m", "interlock_runtime.cli", "--version"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.startswith("interlock 0."), out
+    parser = cli.build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    parsers = [*subs.choices.values(), approve_cli.build_parser()]
+    checked = 0
+    for p in parsers:
+        if p.add_help is False:  # a verb that parses its own flags (worker, watchdog, ...)
+            continue
+        formatter = p._get_formatter()
+        for action in p._actions:
+            if isinstance(action, argparse._HelpAction | argparse._VersionAction):
+                continue
+            text = formatter._get_help_string(action) or ""
+            assert action.help, f"{p.prog} {action.dest}: no help text"
+            flag = action.nargs == 0
+            assert flag or not action.option_strings or "default" in text or action.required, (
+                f"{p.prog} {action.option_strings}: the help shows no default: {text!r}"
+            )
+            checked += 1
+    assert checked > 60
+    for verb in ("fork", "migrate"):
+        assert verb in subs.choices, f"`interlock {verb}` is missing"
+
+
+def test_read_verbs_speak_json_and_fork_and_migrate_exist(dsn, conn) -> None:
+    import flows
+
+    from interlock_runtime import Runtime
+
+    with Runtime(dsn) as rt:
+        rt.register(flows.echo)
+        rt.start(flows.echo, "w1", {"x": 1})
+    conn.execute("update ilr.workflows set status = 'completed', result = '{\"ok\": true}' "
+                 "where id = 'w1'")  # fmt: skip
+    for args in (["list"], ["describe", "w1"], ["drain-report"], ["ambiguous"],
+                 ["breaker", "list"], ["db", "status"], ["result", "w1"]):  # fmt: skip
+        value = json.loads(interlock(dsn, *args, "--json").stdout)
+        assert value is not None, args
+    assert json.loads(interlock(dsn, "result", "w1", "--json").stdout)["result"] == {"ok": True}
+    with Runtime(dsn) as rt:
+        rt.start(flows.echo, "w2", {"x": 2})
+    forked = interlock(dsn, "fork", "w2", "w2-fork", "--at-seq", "1")
+    assert "forked w2 at seq 1 as w2-fork" in forked.stdout
+    assert json.loads(interlock(dsn, "describe", "w2-fork", "--json").stdout)["forked_from"]
+    assert "migrated w2 to version 1" in interlock(dsn, "migrate", "w2", "--to-version", "1").stdout
+    assert "nothing to do" in interlock(dsn, "migrate", "--schema").stdout
+    bare = interlock(dsn, "migrate", check=False)
+    assert bare.returncode == 2 and "--to-version" in bare.stderr
+    gone = interlock(dsn, "fork", "nobody", "w3", "--at-seq", "1", check=False)
+    assert gone.returncode == 1 and "no workflow with id 'nobody'" in gone.stderr
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_it_quietly(dsn, conn) -> None:
+    import flows
+
+    from interlock_runtime import Runtime
+
+    with Runtime(dsn) as rt:
+        rt.register(flows.echo)
+    conn.execute("insert into ilr.workflows (id, name, version, input) select "
+                 "'pipe-' || g, 'echo', '1', '{}' from generate_series(1, 1000) g")  # fmt: skip
+    shell = (
+        f"set -o pipefail; {sys.executable} -m interlock_runtime.cli list --dsn '{dsn}' | head -1"
+    )
+    proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.startswith("ID"), proc.stdout
+    assert proc.stderr == "", proc.stderr
+    assert proc.returncode == 0
