@@ -26,6 +26,7 @@ import sys
 from typing import Any
 
 from . import validate
+from .cli_parsing import Parser, checked
 from .errors import DatabaseUnreachable, InterlockError
 
 
@@ -74,8 +75,6 @@ def _expires(text: str) -> float | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cli import Parser, checked
-
     p = Parser(prog="interlock approve", description=__doc__)
     p.add_argument("workflow_id", help="the workflow that waits for approval")
     p.add_argument("--by", required=True, help="who approves (recorded in the grant)")

@@ -44,6 +44,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import local_postgres, validate
+from .cli_parsing import Parser, checked
 from .errors import DatabaseUnreachable, InterlockError, InvalidInput
 from .vocabulary import WorkflowStatus
 
@@ -368,43 +369,6 @@ def _db(args: argparse.Namespace) -> int:
               + (f"pending: {', '.join(pending)} (run `interlock db upgrade`)" if pending
                  else "the database is current" if have in mine else "the database is NEWER"))  # fmt: skip
     return 0
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Every option's help shows its default: argparse's value, unless the help text already
-    says what the default is in words (e.g. "default: ILR_DSN or the local cluster")."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if ("default" in text or not action.option_strings or action.required
-                or action.default in (None, False, argparse.SUPPRESS)):  # fmt: skip
-            return text
-        return f"{text} (default: %(default)s)"
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error: `interlock VERB: error: ...`, exit status 2."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> Any:  # argparse declares NoReturn
-        print(f"{self.prog}: error: {' '.join(message.split())} (see `{self.prog} --help`)",
-              file=sys.stderr)  # fmt: skip
-        raise SystemExit(2)
-
-
-def checked(convert: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type from a validate.py check: its InvalidInput message is the error."""
-
-    def parse(text: str) -> Any:
-        try:
-            return convert(text)
-        except InvalidInput as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return parse
 
 
 def _seconds(text: str) -> float | None:
