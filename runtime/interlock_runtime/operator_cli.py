@@ -7,7 +7,9 @@
 
 Run it with an admin DSN (the schema owner): the console's own operator role may read operators
 but never create or disable one. Passwords are stored as salted scrypt hashes, never as text
-(console/auth.py); adding and disabling are written to ilr.operator_audit.
+(console/auth.py); adding and disabling are written to ilr.operator_audit. Exit status: 0 done,
+1 refused (the name is taken, no such operator), 2 invalid input (a name or password that
+breaks the rules) or an unreachable database.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TextIO
 
 from . import db, local_postgres, migrations
 from .console import auth
-from .errors import InterlockError, InvalidInput
+from .errors import DatabaseUnreachable, InterlockError, InvalidInput
 
 COLUMNS = ["name", "created_at", "created_by", "disabled_at", "sessions", "last_login"]
 
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     stdin = stdin or sys.stdin
     try:
-        with db.connect(args.dsn or local_postgres.dsn()) as conn:
+        with db.connect_explained(args.dsn or local_postgres.dsn()) as conn:
             migrations.ensure(conn)
             if args.action == "add":
                 auth.check_name(args.name)
@@ -98,7 +100,10 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None) -> int:
                     print(json.dumps(rows, indent=2, default=str))
                 else:
                     _table(rows)
-    except InterlockError as exc:
+    except (InvalidInput, DatabaseUnreachable) as exc:  # the CLI's error contract (cli.run)
+        print(f"interlock operator {args.action}: {exc}", file=sys.stderr)
+        return 2
+    except InterlockError as exc:  # refused: the name is taken, no such operator
         print(f"interlock operator {args.action}: {exc}", file=sys.stderr)
         return 1
     return 0

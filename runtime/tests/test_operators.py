@@ -56,11 +56,11 @@ def test_operator_add_list_disable_from_the_cli(dsn, conn) -> None:
     again = operator_cli(dsn, "add", "grace", stdin="another long password\n")
     assert again.returncode == 1 and "already exists" in again.stderr
     short = operator_cli(dsn, "add", "heidi", stdin="short\n")
-    assert short.returncode == 1 and "at least 12 characters" in short.stderr
+    assert short.returncode == 2 and "at least 12 characters" in short.stderr
     bad = operator_cli(dsn, "add", "<script>", stdin=PASSWORD + "\n")
-    assert bad.returncode == 1 and "operator name" in bad.stderr
+    assert bad.returncode == 2 and "operator name" in bad.stderr
     empty = operator_cli(dsn, "add", "ivan", stdin="")
-    assert empty.returncode == 1 and "no password" in empty.stderr
+    assert empty.returncode == 2 and "no password" in empty.stderr
     names = [r["name"] for r in conn.execute("select name from ilr.operators").fetchall()]
     assert names == ["grace"]
 

@@ -29,7 +29,7 @@ import secrets
 from typing import Any
 
 from .. import db
-from ..errors import InvalidInput
+from ..errors import InvalidInput, WorkflowConflict, WorkflowNotFound
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 """The scrypt cost of new hashes: N=16384, r=8, p=1 (128*N*r bytes = 16 MiB per check)."""
@@ -114,13 +114,15 @@ def current_user(conn: db.Conn) -> str:
 
 
 def add_operator(conn: db.Conn, name: str, password: str) -> None:
-    """Create an operator; InvalidInput if the name is taken or name/password break the rules."""
+    """Create an operator: InvalidInput if the name or the password breaks the rules,
+    WorkflowConflict if the name is taken."""
     check_name(name)
     stored = hash_password(check_new_password(password))
     with conn.transaction():
         row = conn.execute(db.query("operator_insert"), {"name": name, "hash": stored}).fetchone()
         if row is None:
-            raise InvalidInput(f"an operator named {name!r} already exists")
+            raise WorkflowConflict(f"an operator named {name!r} already exists; nothing was "
+                                   "changed")  # fmt: skip
         audit(conn, "operator_added", name, detail={"by": current_user(conn)})
 
 
@@ -131,11 +133,11 @@ def list_operators(conn: db.Conn) -> list[db.Row]:
 
 def disable_operator(conn: db.Conn, name: str) -> int:
     """Disable an operator and end their sessions in one transaction; returns how many sessions
-    ended. InvalidInput for an unknown name."""
+    ended. WorkflowNotFound (a LookupError) for an unknown name."""
     with conn.transaction():
         by = current_user(conn)
         if conn.execute(db.query("operator_disable"), {"name": name, "by": by}).fetchone() is None:
-            raise InvalidInput(f"no operator named {name!r}")
+            raise WorkflowNotFound(f"no operator named {name!r}")
         ended = conn.execute(db.query("operator_end_sessions"),
                              {"name": name, "reason": DISABLED}).fetchall()  # fmt: skip
         audit(conn, "operator_disabled", name, detail={"by": by, "sessions_ended": len(ended)})
