@@ -71,7 +71,7 @@ def approve(rt: Any, wf_id: str, *, by: str, payload: Any = None, action: str | 
 
 
 def _expires(text: str) -> float | None:
-    return validate.seconds(text, "the value", allow_zero=False)
+    return validate.seconds(text, "the value", allow_zero=False, from_text=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -98,18 +98,10 @@ MAX_CONCURRENCY = 256
 
 def _check_dsn(dsn: str | None) -> None:
     """A --dsn that cannot be parsed is invalid input, refused before anything connects."""
-    if dsn is None:
-        return
-    import psycopg
+    if dsn is not None:
+        from . import db
 
-    from . import db
-
-    if not isinstance(dsn, str) or not dsn.strip() or "\x00" in dsn:
-        raise InvalidInput("--dsn is empty or holds a NUL: give postgresql://USER@HOST:PORT/DB")
-    try:
-        psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error as exc:
-        raise db.explain(dsn, exc) from None
+        db.check_dsn(dsn)
 
 
 # -- printing -----------------------------------------------------------------------------------
@@ -372,19 +364,19 @@ def _db(args: argparse.Namespace) -> int:
 
 
 def _seconds(text: str) -> float | None:
-    return validate.seconds(text, "the value")
+    return validate.seconds(text, "the value", from_text=True)
 
 
 def _limit(text: str) -> int:
     from .runtime import MAX_LIST_LIMIT
 
-    return validate.count(text, "the value", high=MAX_LIST_LIMIT)
+    return validate.count(text, "the value", high=MAX_LIST_LIMIT, from_text=True)
 
 
 def _seq(text: str) -> int:
     from .runtime import MAX_SEQ
 
-    return validate.count(text, "the value", high=MAX_SEQ)
+    return validate.count(text, "the value", high=MAX_SEQ, from_text=True)
 
 
 def _version() -> str:

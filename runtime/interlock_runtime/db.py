@@ -102,12 +102,28 @@ def explain(dsn: str, exc: psycopg.Error) -> InvalidInput | DatabaseUnreachable:
     )
 
 
-def connect_explained(dsn: str, **kwargs: Any) -> Conn:
-    """connect(), with a failure turned into `explain`'s one-line error (for people: the CLI
-    and the client API; the worker keeps psycopg's errors and retries on them)."""
+def check_dsn(dsn: Any) -> str:
+    """The DSN if it parses and its port(s) are numbers in 1-65535; else InvalidInput saying
+    how to write one. Connects to nothing."""
     if not isinstance(dsn, str) or not dsn.strip() or "\x00" in dsn:
         raise InvalidInput("the DSN must be a non-empty string without NUL characters; give "
                            "--dsn or ILR_DSN as postgresql://USER@HOST:PORT/DBNAME")  # fmt: skip
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        raise explain(dsn, exc) from None
+    for port in str(info.get("port") or "5432").split(","):
+        if not port.strip().isdigit() or not 1 <= int(port) <= 65535:
+            raise InvalidInput(f"the DSN is not valid (port {port!r} is not a number in "
+                               "1-65535); give --dsn or ILR_DSN as "
+                               "postgresql://USER@HOST:PORT/DBNAME")  # fmt: skip
+    return dsn
+
+
+def connect_explained(dsn: str, **kwargs: Any) -> Conn:
+    """connect(), with a failure turned into `explain`'s one-line error (for people: the CLI
+    and the client API; the worker keeps psycopg's errors and retries on them)."""
+    check_dsn(dsn)
     try:
         return connect(dsn, **kwargs)
     except psycopg.Error as exc:

@@ -277,10 +277,10 @@ class Runtime:
         validate.name(action, "action")
         validate.name(principal, "principal")
         gid = check_id(grant_id or f"grant_{uuid.uuid4().hex[:16]}", "grant id")
-        bounds = authority.validate_constraints(
-            json.loads(_input_text(constraints, "constraints")) if constraints is not None else None
-        )
-        _check_bounds(bounds)
+        value = None if constraints is None else json.loads(_input_text(constraints, "constraints"))
+        _check_numbers(value)
+        bounds = authority.validate_constraints(value)
+        _check_money(bounds)
         params = {"id": gid, "principal": principal, "action": action,
                   "constraints": None if bounds is None else db.jsonb(bounds),
                   "payload_hash": None, "facts_seen": None, "by": by,
@@ -469,14 +469,22 @@ def _expires_in(seconds: Any) -> float | None:
 _MONEY = ("amount", "cents")
 
 
-def _check_bounds(bounds: dict[str, dict[str, Any]] | None) -> None:
-    """Constraint bounds within +-2**53 (exact in every JSON reader); a cap on a money field
-    (its name ends in amount or cents: amounts are never negative) may not be below zero."""
-    for field, ops in (bounds or {}).items():
+def _check_numbers(constraints: Any) -> None:
+    """Constraint bounds (min, max) are finite numbers within +-2**53, exact in every JSON
+    reader (checked before authority.validate_constraints, which checks the shape)."""
+    if not isinstance(constraints, dict):
+        return
+    for field, ops in constraints.items():
         for op in ("min", "max"):
-            if op in ops:
-                validate.number(ops[op], f"constraint on {field!r}: {op}",
+            if isinstance(ops, dict) and op in ops:
+                validate.number(ops[op], f"constraint on {validate.shown(field)}: {op}",
                                 low=-validate.MAX_SAFE_INTEGER, high=validate.MAX_SAFE_INTEGER)  # fmt: skip
+
+
+def _check_money(bounds: dict[str, dict[str, Any]] | None) -> None:
+    """A cap on a money field (its name ends in amount or cents: amounts are never negative)
+    may not be below zero: nothing could pass it."""
+    for field, ops in (bounds or {}).items():
         last = field.rsplit(".", 1)[-1].lower()
         if "max" in ops and last.endswith(_MONEY) and ops["max"] < 0:
             raise InvalidInput(f"constraint on {field!r}: max {ops['max']} is below zero, so no "

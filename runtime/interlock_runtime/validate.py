@@ -104,12 +104,12 @@ def choice(value: Any, what: str, allowed: Iterable[str]) -> str:
 
 
 def number(value: Any, what: str, *, low: float, high: float, low_open: bool = False,
-           integer: bool = False, unit: str = "") -> float:  # fmt: skip
-    """A finite number in [low, high] (or (low, high] with low_open); a string is parsed
-    first (the CLI's arguments). NaN, infinities, booleans and out-of-range values are
-    refused. Returns an int when integer, else a float."""
+           integer: bool = False, unit: str = "", from_text: bool = False) -> float:  # fmt: skip
+    """A finite number in [low, high] (or (low, high] with low_open). With from_text (the
+    CLI's arguments) a string is parsed first; the API takes numbers only. NaN, infinities,
+    booleans and out-of-range values are refused. Returns an int when integer, else a float."""
     raw = value
-    if isinstance(value, str):
+    if from_text and isinstance(value, str):
         try:
             value = int(value) if integer else float(value)
         except ValueError:
@@ -139,19 +139,20 @@ def _fmt(x: float) -> str:
 
 
 def seconds(value: Any, what: str, *, allow_zero: bool = True, optional: bool = True,
-            high: float = MAX_SECONDS) -> float | None:  # fmt: skip
+            high: float = MAX_SECONDS, from_text: bool = False) -> float | None:  # fmt: skip
     """A duration in seconds: finite, not negative (or positive when not allow_zero), at most
     ten years. None passes when optional (no timeout / no expiry)."""
     if value is None:
         if optional:
             return None
         raise InvalidInput(f"{what} is required: a number of seconds")
-    return number(value, what, low=0, high=high, low_open=not allow_zero, unit="seconds")
+    return number(value, what, low=0, high=high, low_open=not allow_zero, unit="seconds",
+                  from_text=from_text)  # fmt: skip
 
 
-def count(value: Any, what: str, *, low: int = 1, high: int) -> int:
+def count(value: Any, what: str, *, low: int = 1, high: int, from_text: bool = False) -> int:
     """A whole number in [low, high] (limits, concurrency, sequence numbers)."""
-    return int(number(value, what, low=low, high=high, integer=True))
+    return int(number(value, what, low=low, high=high, integer=True, from_text=from_text))
 
 
 # -- JSON -------------------------------------------------------------------------------------

@@ -4,16 +4,24 @@ InvalidInput (a clear message) and nothing is written. Never another exception."
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
 
 import flows
 import hypothesis.strategies as st
 import psycopg
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
+from psycopg import sql
 
-from interlock_runtime import InvalidInput, Runtime, WorkflowNotFound, db
+from interlock_runtime import InvalidInput, Runtime, WorkflowNotFound, db, validate
+from interlock_runtime.errors import DatabaseUnreachable
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False)
@@ -105,3 +113,445 @@ def test_hostile_cli_arguments_get_clear_errors(dsn) -> None:
         proc = cli(*args)
         assert proc.returncode in (1, 2), (args, proc.stderr)
         assert b"Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+# -- the hostile-input contract, fuzzed (docs/errors.md) ------------------------------------------
+#
+# Five classes of input that must be refused: ids, names, numbers, JSON documents, DSNs. Each
+# case runs through the CLI as a real subprocess (exit status 2, one line on stderr, no
+# "Traceback") and through the client API (InvalidInput or DatabaseUnreachable), under a time
+# limit (a hang fails), with every table of the ilr schema hashed before and after: a refused
+# case changes no row. ILR_FUZZ_EXAMPLES sets the CLI cases per class (default 8, bounded for
+# `make test`, about 40 s); the API runs five times as many. The figures are printed at the end.
+
+FUZZ_CLI = int(os.environ.get("ILR_FUZZ_EXAMPLES") or 12)
+FUZZ_SEED = int(os.environ.get("ILR_HYPOTHESIS_SEED") or 0)  # the root conftest's seed: the
+# inner @given functions below are not collected, so they take it here
+FUZZ_API = 5 * FUZZ_CLI
+CASE_SECONDS = 20.0  # a CLI case (a process start included) or an API call that takes longer hangs
+TESTS = Path(__file__).resolve().parent
+FIGURES: dict[str, Counter] = {}
+CLASSES = ("ids", "names", "numbers", "json", "dsn")
+
+_ID_OK = re.compile(r"[A-Za-z0-9_.:@/#=+-]{1,200}")
+# characters str.isprintable() refuses, none of them NUL (argv cannot carry NUL)
+INVISIBLE = [chr(i) for i in range(1, 32)] + ["\x7f", "\x85", "\xa0", "\u200b", "\u200e", "\u202e",
+             "\u2028", "\u2029", "\ufeff", "\ue000", "\U000e0001", "\u061c", "\u3000"]  # fmt: skip
+INVALID_UTF8 = st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\x80abc", b"ok\xfe"])
+
+
+def _bad_id(cli: bool) -> st.SearchStrategy:
+    plain = st.one_of(
+        st.sampled_from(
+            [
+                "",
+                " ",
+                "a b",
+                "a\n",
+                "é",
+                "'; drop table ilr.workflows; --",
+                "a\tb",
+                "id\u202e",
+                "x" * 201,
+            ]
+        ),  # fmt: skip
+        st.text(max_size=40).filter(lambda s: not _ID_OK.fullmatch(s) and "\x00" not in s),
+        st.integers(201, 3000).map(lambda n: "w" * n),
+    )
+    if cli:
+        return plain | INVALID_UTF8
+    return plain | st.sampled_from(["a\x00b", "\ud800", 7, None, b"w1", ["w1"]])
+
+
+def _bad_name(cli: bool) -> st.SearchStrategy:
+    spliced = st.tuples(st.text(alphabet="abc", max_size=5), st.sampled_from(INVISIBLE),
+                        st.text(alphabet="xyz", max_size=5)).map("".join)  # fmt: skip
+    plain = st.one_of(spliced, st.sampled_from(["", "   ", "\t"]),
+                      st.integers(257, 100_000).map(lambda n: "n" * n))  # fmt: skip
+    if cli:
+        return plain | INVALID_UTF8.map(lambda b: b"ann" + b)
+    huge = st.integers(100_001, 10_000_000).map(lambda n: "p" * n)
+    return plain | huge | st.sampled_from(["a\x00", "\udcff", 5, b"ann", ["ann"]])
+
+
+def _nest(depth: int, inner: str = "1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+CLI_BAD_JSON = st.one_of(
+    st.integers(65, 20_000).map(_nest),
+    st.integers(65, 5_000).map(lambda d: '{"a":' * d + "1" + "}" * d),
+    st.sampled_from(
+        [
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            '{"a": NaN}',
+            "[1, Infinity]",
+            '{"a": "\\u0000"}',
+            '["\\ud800"]',
+            "{nope",
+            "",
+            "[1,",
+            "'single'",
+            "1" * 5000,
+        ]
+    ),  # fmt: skip
+    st.text(max_size=30).filter(lambda s: "\x00" not in s and not _is_json(s)),
+)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _deep(levels: int) -> list:
+    value: list = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _cycle() -> list:
+    a: list = []
+    a.append(a)
+    return a
+
+
+API_BAD_JSON = st.one_of(
+    st.sampled_from([float("nan"), float("inf"), -float("inf")]).map(lambda f: {"x": [f]}),
+    st.integers(64, 5000).map(_deep),
+    st.integers(1 << 20, (1 << 20) + 5000).map(lambda n: {"blob": "x" * n}),
+    st.sampled_from([{1, 2}, b"bytes", object(), 1j, {"k": "\x00"}, ["\ud800"], {"\udcff": 1}]),
+    st.builds(_cycle),
+)
+
+NUMBER_TEXT = {  # option: bad values as text
+    "timeout": ["nan", "inf", "-inf", "-1", "-0.001", "1e400", "4e8", "soon", "", "0x10"],
+    "expires": ["nan", "inf", "-1", "0", "-1e-9", "1e400", "4e8", "week", ""],
+    "limit": ["-1", "0", "100001", "1.5", "nan", "1e3", "many", ""],
+    "seq": ["0", "-3", "2147483648", "1.5", "nan", "x"],
+    "lease": ["-1", "0", "0.1", "nan", "inf", "86401"],
+    "concurrency": ["0", "-4", "257", "100000"],
+    "poll": ["-1", "0", "nan", "inf", "3601"],
+}
+NUMBER_API = [float("nan"), float("inf"), -float("inf"), -1, -0.5, 10**400, True, "5", None, [1]]
+
+
+def _cli_case(kind: str) -> st.SearchStrategy:
+    """(argv after `interlock`, with its --dsn or None for the test database)."""
+    if kind == "ids":
+        return st.tuples(st.sampled_from([
+            lambda x: ["describe", x], lambda x: ["result", x, "--timeout", "1"],
+            lambda x: ["cancel", x], lambda x: ["signal", x, "go"],
+            lambda x: ["fork", "w1", x, "--at-seq", "1"], lambda x: ["fork", x, "w9", "--at-seq", "1"],
+            lambda x: ["revoke", x, "--by", "ann"], lambda x: ["receipt", x],
+            lambda x: ["reconcile", x, "--evidence", "seen", "--by", "ann"],
+            lambda x: ["approve", x, "--by", "ann", "--payload", "{}"],
+            lambda x: ["start", "echo", x], lambda x: ["migrate", x, "--to-version", "1"],
+        ]), _bad_id(cli=True)).map(lambda t: (t[0](t[1]), None))  # fmt: skip
+    if kind == "names":
+        return st.tuples(st.sampled_from([
+            lambda x: ["signal", "w1", x], lambda x: ["cancel", "w1", "--by", x],
+            lambda x: ["signal", "w1", "go", "--sender", x], lambda x: ["start", x, "w9"],
+            lambda x: ["start", "echo", "w9", "--version", x], lambda x: ["revoke", "g1", "--by", x],
+            lambda x: ["approve", "w1", "--by", x, "--payload", "{}"],
+            lambda x: ["approve", "w1", "--by", "ann", "--action", x, "--payload", "{}"],
+            lambda x: ["list", "--name", x], lambda x: ["breaker", "reset", x],
+            lambda x: ["reconcile", "eff_x", "--evidence", "seen", "--by", x],
+            lambda x: ["migrate", "w1", "--to-version", x], lambda x: ["list", "--status", x],
+        ]), _bad_name(cli=True)).map(lambda t: (t[0](t[1]), None))  # fmt: skip
+    if kind == "numbers":
+        verbs = {
+            "timeout": lambda x: ["result", "w1", "--timeout", x],
+            "expires": lambda x: [
+                "approve",
+                "w1",
+                "--by",
+                "ann",
+                "--payload",
+                "{}",
+                "--expires-in",
+                x,
+            ],  # fmt: skip
+            "limit": lambda x: ["list", "--limit", x],
+            "seq": lambda x: ["fork", "w1", "w9", "--at-seq", x],
+            "lease": lambda x: ["worker", "--module", "flows", "--lease-ttl", x],
+            "concurrency": lambda x: ["worker", "--module", "flows", "--concurrency", x],
+            "poll": lambda x: ["worker", "--module", "flows", "--poll", x],
+        }
+        return st.sampled_from(sorted(verbs)).flatmap(
+            lambda k: st.sampled_from(NUMBER_TEXT[k]).map(lambda x: (verbs[k](f"={x}"), None))
+        )
+    if kind == "json":
+        return st.tuples(st.sampled_from([
+            lambda x: ["start", "echo", "w9", "--input", x],
+            lambda x: ["signal", "w1", "go", "--payload", x],
+            lambda x: ["approve", "w1", "--by", "ann", "--payload", x],
+        ]), CLI_BAD_JSON).map(lambda t: (t[0](t[1]), None))  # fmt: skip
+    malformed = st.one_of(
+        st.text(alphabet="abcxyz ;", min_size=1, max_size=20).map(lambda s: f"garbage{s}"),
+        st.integers(65536, 10**6).map(lambda p: f"postgresql://postgres@127.0.0.1:{p}/x"),
+        st.sampled_from(["port=abc", "host=127.0.0.1 port=1 dbname='unclosed", "port=0"]),
+    )
+    down = st.sampled_from(["postgresql://postgres@127.0.0.1:1/x", "host=127.0.0.1 port=1"])
+    verbs = [["list"], ["describe", "w1"], ["result", "w1", "--timeout", "1"], ["signal", "w1", "go"],
+             ["cancel", "w1"], ["db", "status"], ["approve", "w1", "--by", "ann"], ["watchdog"],
+             ["breaker", "list"], ["revoke", "g1", "--by", "ann"], ["migrate", "--schema"]]  # fmt: skip
+    # a worker waits for a database that is down (by design: it logs db_unavailable and
+    # retries), so it gets malformed DSNs only
+    worker = st.tuples(st.just(["worker", "--module", "flows"]), malformed)
+    return st.tuples(st.sampled_from(verbs), malformed | down) | worker
+
+
+# The numbers are given as --option=VALUE so that a value starting with "-" stays a value.
+def _fix_equals(argv: list) -> list:
+    out: list = []
+    for item in argv:
+        if isinstance(item, str) and item.startswith("=") and out:
+            out[-1] = f"{out[-1]}{item}"
+        else:
+            out.append(item)
+    return out
+
+
+def _snapshot(conn: psycopg.Connection) -> dict[str, tuple]:
+    """Every table of the ilr schema: its row count and an md5 over its rows."""
+    tables = [r["tablename"] for r in conn.execute(
+        "select tablename from pg_tables where schemaname = 'ilr' order by tablename")]  # fmt: skip
+    out = {}
+    for t in tables:
+        q = sql.SQL("select count(*) as n, md5(coalesce(string_agg(x::text, '|' order by "
+                    "x::text), '')) as h from ilr.{} x").format(sql.Identifier(t))  # fmt: skip
+        row = conn.execute(q).fetchone()
+        out[t] = (row["n"], row["h"])
+    return out
+
+
+def _changed(before: dict, after: dict) -> int:
+    return sum(abs(after.get(t, (0, ""))[0] - n) or (after.get(t, (0, ""))[1] != h)
+               for t, (n, h) in before.items())  # fmt: skip
+
+
+def _figures(kind: str) -> Counter:
+    return FIGURES.setdefault(kind, Counter())
+
+
+def _seed_database(dsn: str) -> None:
+    with Runtime(dsn) as rt:
+        rt.register(flows.echo, flows.waiter)
+        if not rt.list(name="waiter"):
+            rt.start(flows.waiter, "w1", {})
+            rt.grant("agent", "refund", by="ops", grant_id="g1", expires_in=3600)
+            rt.signal("w1", "note", {"n": 1})
+
+
+def _run_cli(dsn: str, argv: list, case_dsn: str | None) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "interlock_runtime.cli", *_fix_equals(argv), "--dsn",
+            case_dsn or dsn]  # fmt: skip
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    )
+    return subprocess.run(args, capture_output=True, timeout=CASE_SECONDS, env=env, cwd=TESTS)
+
+
+def _cli_fuzz(dsn: str, kind: str):
+    fig = _figures(f"cli {kind}")
+    _seed_database(dsn)
+
+    @seed(FUZZ_SEED)
+    @settings(max_examples=FUZZ_CLI, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case=_cli_case(kind))
+    def check(case) -> None:
+        argv, case_dsn = case
+        with db.connect(dsn) as conn:
+            before = _snapshot(conn)
+            fig["cases"] += 1
+            t0 = time.monotonic()
+            try:
+                proc = _run_cli(dsn, argv, case_dsn)
+            except subprocess.TimeoutExpired:
+                fig["hangs"] += 1
+                raise AssertionError(f"interlock {argv!r} hung (> {CASE_SECONDS} s)") from None
+            fig["seconds"] += time.monotonic() - t0
+            changed = _changed(before, _snapshot(conn))
+        fig["changed rows"] += changed
+        fig["tracebacks"] += b"Traceback" in proc.stderr
+        assert b"Traceback" not in proc.stderr, (argv, proc.stderr[-2000:])
+        assert proc.returncode == 2, (argv, proc.returncode, proc.stderr[-2000:])
+        lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("interlock"), (argv, lines)
+        assert changed == 0, (argv, "changed rows", changed)
+        fig["refused"] += 1
+
+    check()
+
+
+def test_fuzz_cli_ids(dsn) -> None:
+    _cli_fuzz(dsn, "ids")
+
+
+def test_fuzz_cli_names(dsn) -> None:
+    _cli_fuzz(dsn, "names")
+
+
+def test_fuzz_cli_numbers(dsn) -> None:
+    _cli_fuzz(dsn, "numbers")
+
+
+def test_fuzz_cli_json(dsn) -> None:
+    _cli_fuzz(dsn, "json")
+
+
+def test_fuzz_cli_dsn(dsn) -> None:
+    _cli_fuzz(dsn, "dsn")
+
+
+def _api_case(kind: str) -> st.SearchStrategy:
+    """A function of a Runtime that must raise InvalidInput (or DatabaseUnreachable)."""
+    if kind == "ids":
+        calls = [
+            lambda rt, x: rt.describe(x), lambda rt, x: rt.result(x, timeout=0),
+            lambda rt, x: rt.cancel(x), lambda rt, x: rt.signal(x, "go"),
+            lambda rt, x: rt.fork("w1", 1, x), lambda rt, x: rt.fork(x, 1, "w9"),
+            lambda rt, x: rt.revoke(x), lambda rt, x: rt.receipt(x),
+            lambda rt, x: rt.reconcile(x, "seen", by="ann"), lambda rt, x: rt.approve(x, {}, by="ann"),
+            lambda rt, x: rt.start("echo", x, {}), lambda rt, x: rt.migrate(x, "1"),
+            lambda rt, x: rt.claim_history(x), lambda rt, x: rt.effects(x),
+            lambda rt, x: rt.grant("agent", "refund", by="ann", grant_id=x if x else "bad id"),
+        ]  # fmt: skip
+        values = _bad_id(cli=False)
+    elif kind == "names":
+        calls = [
+            lambda rt, x: rt.signal("w1", x), lambda rt, x: rt.cancel("w1", by=x),
+            lambda rt, x: rt.signal("w1", "go", sender=x), lambda rt, x: rt.start(x, "w9"),
+            lambda rt, x: rt.start("echo", "w9", version=x), lambda rt, x: rt.revoke("g1", by=x),
+            lambda rt, x: rt.approve("w1", {}, by=x), lambda rt, x: rt.approve("w1", {}, by="a", action=x),
+            lambda rt, x: rt.approve("w1", {}, by="ann", principal=x),
+            lambda rt, x: rt.grant(x, "refund", by="ann"), lambda rt, x: rt.grant("agent", x, by="ann"),
+            lambda rt, x: rt.grant("agent", "refund", by=x), lambda rt, x: rt.list(name=x),
+            lambda rt, x: rt.list(status=x), lambda rt, x: rt.reset_breaker(x),
+            lambda rt, x: rt.reconcile("eff_x", "seen", by=x), lambda rt, x: rt.migrate("w1", x),
+        ]  # fmt: skip
+        values = _bad_name(cli=False)
+    elif kind == "numbers":
+        calls = [
+            lambda rt, x: rt.result("w1", timeout=x if x is not None else -1),
+            lambda rt, x: rt.result("w1", timeout=0, poll=x),
+            lambda rt, x: rt.grant("agent", "refund", by="ann", expires_in=x if x is not None else 0),
+            lambda rt, x: rt.approve("w1", {}, by="ann", expires_in=x if x is not None else 0),
+            lambda rt, x: rt.list(limit=x), lambda rt, x: rt.fork("w1", x, "w9"),
+            lambda rt, x: rt.recover_orphans({}, lease_ttl=x),
+            lambda rt, x: rt.grant("agent", "refund", by="ann",
+                                   constraints={"amount": {"max": x if x is not None else -1}}),
+        ]  # fmt: skip
+        values = (
+            st.sampled_from(NUMBER_API) | st.floats(max_value=-1e-9) | st.integers(max_value=-1)
+        )
+    elif kind == "json":
+        calls = [
+            lambda rt, x: rt.start("echo", "w9", x), lambda rt, x: rt.signal("w1", "go", x),
+            lambda rt, x: rt.approve("w1", x, by="ann"), lambda rt, x: rt.approve("w1", {}, x, by="ann"),
+            lambda rt, x: rt.grant("agent", "refund", by="ann", constraints=x),
+        ]  # fmt: skip
+        values = API_BAD_JSON
+    else:
+        calls = [lambda rt, x: Runtime(x).close()]
+        values = st.one_of(
+            st.sampled_from(
+                [
+                    "garbage",
+                    "port=abc",
+                    "host=127.0.0.1 port=1 connect_timeout=3",
+                    "postgresql://postgres@127.0.0.1:1/x",
+                    "postgresql://h:99999/x",
+                    "host=127.0.0.1 port=1 dbname='unclosed",
+                    "   ",
+                ]
+            ),  # fmt: skip
+            st.text(alphabet="abc ;:/", min_size=1, max_size=12).map(lambda s: f"x{s}"),
+        )
+    return st.tuples(st.sampled_from(calls), values)
+
+
+def _within(seconds: float, fn) -> tuple[bool, BaseException | None]:
+    """Run fn in a thread: (finished in time, what it raised)."""
+    box: dict = {}
+
+    def body() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            box["exc"] = exc
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(seconds)
+    return not t.is_alive(), box.get("exc")
+
+
+def _api_fuzz(dsn: str, kind: str) -> None:
+    fig = _figures(f"api {kind}")
+    _seed_database(dsn)
+
+    @seed(FUZZ_SEED)
+    @settings(max_examples=FUZZ_API, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case=_api_case(kind))
+    def check(case) -> None:
+        call, value = case
+        with Runtime(dsn) as rt, db.connect(dsn) as conn:
+            before = _snapshot(conn)
+            fig["cases"] += 1
+            done, exc = _within(CASE_SECONDS, lambda: call(rt, value))
+            if not done:
+                fig["hangs"] += 1
+                raise AssertionError(f"{kind} case with {validate.shown(value)} hung")
+            changed = _changed(before, _snapshot(conn))
+        fig["changed rows"] += changed
+        refused = isinstance(exc, InvalidInput | DatabaseUnreachable)
+        if exc is not None and not refused:
+            fig["tracebacks"] += 1
+        assert refused, (kind, validate.shown(value), repr(exc))
+        assert "\n" not in str(exc), str(exc)
+        assert changed == 0, (kind, validate.shown(value), changed)
+        fig["refused"] += 1
+
+    check()
+
+
+def test_fuzz_api_ids(dsn) -> None:
+    _api_fuzz(dsn, "ids")
+
+
+def test_fuzz_api_names(dsn) -> None:
+    _api_fuzz(dsn, "names")
+
+
+def test_fuzz_api_numbers(dsn) -> None:
+    _api_fuzz(dsn, "numbers")
+
+
+def test_fuzz_api_json(dsn) -> None:
+    _api_fuzz(dsn, "json")
+
+
+def test_fuzz_api_dsn(dsn) -> None:
+    _api_fuzz(dsn, "dsn")
+
+
+def test_fuzz_figures(capsys) -> None:
+    """Print what the fuzz tests above ran (they run first, in file order)."""
+    with capsys.disabled():
+        print(f"\nhostile-input fuzz (hypothesis seed {FUZZ_SEED}, rerun with "
+              f"ILR_HYPOTHESIS_SEED={FUZZ_SEED}; ILR_FUZZ_EXAMPLES={FUZZ_CLI} CLI "
+              f"cases per class, {FUZZ_API} API):")  # fmt: skip
+        for name in sorted(FIGURES):
+            f = FIGURES[name]
+            print(f"  {name:<12} cases {f['cases']:>4}  refused {f['refused']:>4}  tracebacks "
+                  f"{f['tracebacks']}  hangs {f['hangs']}  changed rows {f['changed rows']}")  # fmt: skip
+    for name, f in FIGURES.items():
+        assert f["tracebacks"] == f["hangs"] == f["changed rows"] == 0, (name, f)

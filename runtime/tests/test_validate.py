@@ -40,17 +40,19 @@ def test_messages_never_echo_a_huge_value() -> None:
                                  "1e400", 10**400, [1]])  # fmt: skip
 def test_seconds_refuses_non_finite_negative_and_non_numbers(bad) -> None:
     with pytest.raises(InvalidInput):
-        validate.seconds(bad, "timeout")
+        validate.seconds(bad, "timeout", from_text=True)
 
 
 def test_numbers_in_range_pass() -> None:
-    assert validate.seconds("2.5", "timeout") == 2.5
+    assert validate.seconds("2.5", "timeout", from_text=True) == 2.5
     assert validate.seconds(None, "timeout") is None
-    assert validate.count("4", "concurrency", high=256) == 4
+    assert validate.count("4", "concurrency", high=256, from_text=True) == 4
+    with pytest.raises(InvalidInput, match="must be a number, not str"):
+        validate.seconds("5", "timeout")  # the API takes numbers, not text
     with pytest.raises(InvalidInput, match="at least 1"):
         validate.count(0, "concurrency", high=256)
     with pytest.raises(InvalidInput, match="whole number"):
-        validate.count("1.5", "limit", high=10)
+        validate.count("1.5", "limit", high=10, from_text=True)
     with pytest.raises(InvalidInput, match="above 0"):
         validate.seconds(0, "expires_in", allow_zero=False)
 
