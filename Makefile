@@ -72,7 +72,9 @@ bench: setup pg-start
 	$(BIN)/python -m prove.bench
 
 # Chaos soak (not in make test): refund workflows under random SIGKILLs, revokes, hand refunds
-# and cancels; writes results/soak.md and results/soak.json. SOAK_ARGS passes options through.
+# and cancels; writes results/soak.md and results/soak.json. SOAK_ARGS passes options through:
+# SOAK_ARGS="--failover --workflows 5000" runs it on a primary + synchronous standby with
+# failovers and crash-restarts and writes results/failover.md and results/failover.json.
 soak: setup pg-start
 	$(BIN)/python -m prove.soak $(SOAK_ARGS)
 

@@ -21,9 +21,20 @@ started workflow must reach a terminal state (else it is lost), and the invarian
 conformance/invariants.py run over the database, the targets' ledgers and access
 logs and every worker's event log (also on samples during the run, `--sample-every`).
 
+Failover mode (`--failover`, issue 20): the database is a primary and a synchronous standby
+(world/pg_pair.py) reached through a multi-host DSN, and the chaos adds, evenly spread over the
+chaos window, `--failovers` failovers (the primary crashed by `pg_ctl stop -m immediate` or
+SIGKILL in turn, the standby promoted, the old primary rewound and back as the standby) and
+`--crash-restarts` crash-restarts of the primary alone. This process rides through them as a
+client would: a call that loses its connection is made again (starts are idempotent, revokes
+and cancels too; an approval retried after an unknown commit may leave a second, unused
+grant). The report is failover.md / failover.json, with each fault's write-unavailability
+window.
+
 Writes soak.md and soak.json to --out (default results/) with versions, seed, commit, date and
 machine facts. Exits 1 when a must-be-zero count is not zero: duplicate applications at tiers
-1 and 2, lost workflows, invariant violations (or missing evidence), workflows not started.
+1 and 2, lost workflows, invariant violations (or missing evidence), workflows not started,
+epochs claimed out of order, takeovers before the lease expired.
 """
 
 from __future__ import annotations
@@ -45,6 +56,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from conformance.invariants import check_all, record_revoke, snapshot, target_config
 from interlock_runtime import Runtime, WorkflowFinished, db, testing
 from interlock_runtime.testing import WorkerProcess
@@ -52,6 +65,7 @@ from interlock_runtime.vocabulary import TERMINAL_STATUSES
 from prove.bench import git_facts, machine_facts, pct, version
 from prove.scrub import scrub
 from prove.soak_flows import EMULATED, soak_refund
+from world.pg_pair import PgPair
 from world.target_client import TargetAdmin
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +75,8 @@ TIERS = (1, 2, 3)
 PAID, AMOUNT, HAND = 10000, 2000, 1000  # cents: each case's payment, its refund, a hand refund
 FLAT_MIB_PER_MIN = 0.5
 MUST_BE_ZERO = ("duplicates_tier12", "lost", "invariant_violations", "missing_evidence",
-                "not_started")  # fmt: skip
+                "not_started", "epochs_backwards", "early_takeovers")  # fmt: skip
+RIDE_THROUGH_S = 180.0  # how long a client call keeps retrying a lost connection
 
 DEFAULTS: dict[str, Any] = {
     "workflows": 10000,
@@ -85,6 +100,9 @@ DEFAULTS: dict[str, Any] = {
     "drain_s": 60.0,  # reserved at the end: no starts, no chaos, everything must settle
     "sample_every": 240.0,  # invariant samples during the run (0: only at the end)
     "rss_every": 1.0,
+    "failover": False,  # the database is a primary + synchronous standby pair (issue 20)
+    "failovers": 5,
+    "crash_restarts": 5,
 }
 
 
@@ -240,6 +258,32 @@ class Soak:
         self.chaos = Counter()
         self.revokes: list[dict] = []  # what each rt.revoke() returned (RevokeLinearizable)
         self.samples: list[dict] = []
+        self.faults: list[dict] = []  # failovers and crash-restarts, as measured
+
+    # -- riding through a lost connection -----------------------------------------------------
+
+    def _db(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """fn(*args, **kwargs), made again while the database is unreachable (a failover or a
+        crash-restart in progress), for at most RIDE_THROUGH_S."""
+        deadline = time.monotonic() + RIDE_THROUGH_S
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                self.chaos["client_retries"] += 1
+                time.sleep(0.2)
+
+    def query(self, sql: str, params: dict | None = None) -> list[dict]:
+        """Rows of this process's own reads, on a connection made again when it broke."""
+
+        def once() -> list[dict]:
+            if self.conn.closed or self.conn.broken:
+                self.conn = self.stack.enter_context(db.connect(self.dsn))
+            return self.conn.execute(sql, params).fetchall()
+
+        return self._db(once)
 
     # -- driving ------------------------------------------------------------------------------
 
@@ -258,7 +302,7 @@ class Soak:
         at_wait = fate != "none" and rng.random() < 0.5
         case = Case(wf, tier, payment, at_wait or rng.random() < cfg["late_approval_frac"],
                     fate, time.monotonic() + rng.uniform(0, cfg["fate_window"]), at_wait)  # fmt: skip
-        self.rt.start("soak_refund", wf, {
+        self._db(self.rt.start, "soak_refund", wf, {
             "id": wf, "target_url": self.targets[tier].url, "payment": payment, "tier": tier,
             "amount": AMOUNT, "send_timeout": cfg["send_timeout"],
             "settle_margin": cfg["settle_margin"]})  # fmt: skip
@@ -271,8 +315,9 @@ class Soak:
 
     def approve(self, case: Case, facts: Any) -> None:
         try:
-            case.grant = self.rt.approve(case.wf, {"payment": case.payment, "amount": AMOUNT},
-                                         facts, by="soak-approver")  # fmt: skip
+            case.grant = self._db(self.rt.approve, case.wf,
+                                  {"payment": case.payment, "amount": AMOUNT}, facts,
+                                  by="soak-approver")  # fmt: skip
             self.chaos["approvals"] += 1
         except WorkflowFinished:
             pass  # cancelled (or otherwise ended) before its approval
@@ -281,24 +326,24 @@ class Soak:
     def late_approvals(self) -> None:
         if not self.waiting_approval:
             return
-        rows = self.conn.execute(
+        rows = self.query(
             "select w.id, s.output from ilr.workflows w join ilr.steps s"
             " on s.workflow_id = w.id and s.kind = 'decide'"
             " where w.id = any(%(ids)s) and w.status = 'sleeping'"
             " and w.waiting->>'signal' = 'approve'",
             {"ids": list(self.waiting_approval)},
-        ).fetchall()
+        )
         for r in rows:
             case = self.cases[r["id"]]
             if case.at_wait and case.fate == "hand":  # the world moves before the approval
                 self.targets[case.tier].admin.hand_refund(case.payment, HAND)
             if case.at_wait and case.fate == "cancel":
-                self.rt.cancel(case.wf, by="soak-chaos")
+                self._db(self.rt.cancel, case.wf, by="soak-chaos")
                 self.waiting_approval.discard(case.wf)
             else:
                 self.approve(case, r["output"]["premises"])
             if case.at_wait and case.fate == "revoke" and case.grant:
-                record_revoke(self.rt, case.grant, "soak-chaos", self.revokes)
+                self._db(record_revoke, self.rt, case.grant, "soak-chaos", self.revokes)
             if case.at_wait:
                 case.fate_done = True
                 self.chaos[case.fate + "s"] += 1
@@ -307,10 +352,10 @@ class Soak:
     def poll_terminal(self) -> None:
         if not self.inflight:
             return
-        rows = self.conn.execute(
+        rows = self.query(
             "select id from ilr.workflows where id = any(%(ids)s) and status = any(%(t)s)",
             {"ids": list(self.inflight), "t": list(TERMINAL)},
-        ).fetchall()
+        )
         for r in rows:
             self.cases[r["id"]].done = True
             self.inflight.discard(r["id"])
@@ -325,12 +370,12 @@ class Soak:
                 if c.grant is None:
                     c.fate_at = now + 0.2  # not approved yet: revoke once it is
                     continue
-                record_revoke(self.rt, c.grant, "soak-chaos", self.revokes)
+                self._db(record_revoke, self.rt, c.grant, "soak-chaos", self.revokes)
             elif c.fate == "hand":
                 self.targets[c.tier].admin.hand_refund(c.payment, HAND)
             elif c.fate == "cancel":
                 try:
-                    self.rt.cancel(wf, by="soak-chaos")
+                    self._db(self.rt.cancel, wf, by="soak-chaos")
                 except WorkflowFinished:
                     self.chaos["cancel_too_late"] += 1
                     c.fate_done = True
@@ -348,6 +393,9 @@ class Soak:
         return ledger, log
 
     def invariants(self) -> dict:
+        return self._db(self._invariants)
+
+    def _invariants(self) -> dict:
         t = time.monotonic()
         events = self.fleet.events()
         with (
@@ -369,7 +417,8 @@ class Soak:
                 "seconds": round(time.monotonic() - t, 2)}  # fmt: skip
 
     def db_now(self) -> dt.datetime:
-        return self.conn.execute("select now() as now").fetchone()["now"]
+        now: dt.datetime = self.query("select now() as now")[0]["now"]
+        return now
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -381,12 +430,18 @@ class Soak:
         interval = 1.0 / cfg["start_rate"] if cfg["start_rate"] else paced
         admin = testing.admin_dsn()
         with ExitStack() as stack:
+            self.stack = stack
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ilr-soak-")))
             self.targets = {t: TargetProcess(t, tmp / f"ledger-t{t}.db") for t in TIERS}
             for t in self.targets.values():
                 stack.callback(t.stop)
-            template = stack.enter_context(testing.template_database(admin))
-            self.dsn = stack.enter_context(testing.fresh_database(admin, template))
+            self.pair: PgPair | None = None
+            if cfg["failover"]:
+                self.pair = stack.enter_context(PgPair())
+                self.dsn = self.pair.dsn()
+            else:
+                template = stack.enter_context(testing.template_database(admin))
+                self.dsn = stack.enter_context(testing.fresh_database(admin, template))
             self.rt = stack.enter_context(Runtime(self.dsn))
             self.rt.register(soak_refund)
             self.conn = stack.enter_context(db.connect(self.dsn))
@@ -400,6 +455,7 @@ class Soak:
             next_sample = t0 + cfg["sample_every"] if cfg["sample_every"] else float("inf")
             next_poll, last_report, started = t0, t0, 0
             phase, chaos_db1, chaos_end = "chaos", None, None
+            faults = self.fault_plan(t0, window)
             log(f"[soak] {cfg['workflows']} workflows, {cfg['workers']} workers, seed "
                 f"{cfg['seed']}, start window {window:.0f} s of {total:.0f} s")  # fmt: skip
             while True:
@@ -420,7 +476,10 @@ class Soak:
                         started += 1
                         next_start += interval
                     self.fates(now)
+                    if faults and now >= faults[0][0]:
+                        self.fault(*faults.pop(0)[1:], at_s=now - t0)
                     all_in = started >= cfg["workflows"] and self.chaos["sigkills"] > 0
+                    all_in = all_in and not faults
                     if all_in or now >= t0 + window:
                         phase, chaos_end, chaos_db1 = "drain", now, self.db_now()
                         log(f"[soak] chaos over after {now - t0:.0f} s: {started} started, "
@@ -457,13 +516,38 @@ class Soak:
                                 chaos_db0, chaos_db1 or self.db_now(), final, rss)  # fmt: skip
         return report
 
+    def fault_plan(self, t0: float, window: float) -> list[tuple[float, str, str]]:
+        """(monotonic time, kind, how) of each failover and crash-restart: evenly spread over
+        the chaos window, kinds interleaved, the crash mode alternating."""
+        cfg = self.cfg
+        if not cfg["failover"]:
+            return []
+        kinds = ["failover"] * cfg["failovers"] + ["restart"] * cfg["crash_restarts"]
+        self.rng.shuffle(kinds)
+        n = len(kinds)
+        return [(t0 + window * (i + 1) / (n + 1), kind, ("immediate", "kill")[i % 2])
+                for i, kind in enumerate(kinds)]  # fmt: skip
+
+    def fault(self, kind: str, how: str, at_s: float) -> None:
+        assert self.pair is not None
+        if kind == "failover":
+            event = dict(self.pair.failover(how))
+        else:
+            event = {"how": how, "node": self.pair.primary.name,
+                     "writable_s": round(self.pair.crash_restart(how), 3)}  # fmt: skip
+        event.update(kind=kind, at_s=round(at_s, 1))
+        self.faults.append(event)
+        self.chaos[{"failover": "failovers", "restart": "crash_restarts"}[kind]] += 1
+        self.log(f"[soak] {kind} ({how}) at {at_s:.0f} s: writable again after "
+                 f"{event['writable_s']} s")  # fmt: skip
+
     def tally(self, started: int, wall: float, chaos_s: float, db0: dt.datetime,
               db1: dt.datetime, final: dict, rss: RssSampler) -> dict:  # fmt: skip
         cfg = self.cfg
-        rows = self.conn.execute(
+        rows = self.query(
             "select id, status, result->>'status' as outcome, created_at, updated_at, error,"
             " (input->>'tier')::int as tier from ilr.workflows where name = 'soak_refund'"
-        ).fetchall()
+        )
         statuses = Counter(r["status"] for r in rows)
         outcomes = Counter(f"t{r['tier']} {r['outcome'] or r['status']}" for r in rows)
         lost = sorted(r["id"] for r in rows if r["status"] not in TERMINAL)
@@ -472,13 +556,23 @@ class Soak:
         lat_ok = [(r["updated_at"] - r["created_at"]).total_seconds() * 1000 for r in in_chaos
                   if r["status"] == "completed"]  # fmt: skip
         chaos_db_s = max(1e-9, (db1 - db0).total_seconds())
-        effects = self.conn.execute(
+        effects = self.query(
             "select tier, state, count(*) as n, sum(sends) as sends from ilr.effects"
             " group by tier, state order by tier, state"
-        ).fetchall()
-        takeovers = self.conn.execute(
+        )
+        takeovers = self.query(
             "select count(*) as n from ilr.claims where prev_status = 'running'"
-        ).fetchone()["n"]
+        )[0]["n"]
+        # From the claim history, by the database clock of whichever node held the primary:
+        # a later epoch claimed before an earlier one, a takeover before the lease expired.
+        backwards = self.query(
+            "select count(*) as n from ilr.claims c join ilr.claims d on d.workflow_id ="
+            " c.workflow_id and d.epoch > c.epoch and d.claimed_at < c.claimed_at"
+        )[0]["n"]
+        early = self.query(
+            "select count(*) as n from ilr.claims where prev_status = 'running'"
+            " and claimed_at < prev_lease_expires_at"
+        )[0]["n"]
         dup: dict[str, Any] = {}
         applications = 0
         for tier, t in self.targets.items():
@@ -520,14 +614,21 @@ class Soak:
             "applications": applications,
             "sends": sum(e["sends"] or 0 for e in effects),
             "takeovers_after_expiry": takeovers,
+            "epochs_backwards": backwards,
+            "early_takeovers": early,
+            "failovers": self.chaos["failovers"],
+            "crash_restarts": self.chaos["crash_restarts"],
         }
         counts["invariant_violations"] += counts["sample_violations"]
         failed = [k for k in MUST_BE_ZERO if counts[k]]
+        if cfg["failover"]:  # the faults the run promised must have happened
+            failed += [k for k in ("failovers", "crash_restarts") if counts[k] < cfg[k]]
         return {
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "config": cfg, "git": git_facts(), "machine": machine_facts(),
             "versions": {d: version(d) for d in ("interlock-runtime", "psycopg")}
-            | {"postgres": self.conn.execute("show server_version").fetchone()["server_version"]},
+            | {"postgres": self.query("show server_version")[0]["server_version"]},
+            "faults": self.faults,
             "emulated": [EMULATED], "wall_s": round(wall, 1), "chaos_s": round(chaos_s, 1),
             "counts": counts, "verdict": "PASS" if not failed else "FAIL", "failed": failed,
             "statuses": dict(statuses), "outcomes": dict(sorted(outcomes.items())),
@@ -564,8 +665,9 @@ def render(r: dict) -> str:
     c, cfg, tp, g, m = r["counts"], r["config"], r["throughput"], r["git"], r["machine"]
     mem = r["memory"]
     sent = mem["workers"].get(mem["sentinel"] or "", {})
+    fo = cfg.get("failover")
     L = [
-        "# Chaos soak (issue 11)",
+        "# Failover soak (issue 20)" if fo else "# Chaos soak (issue 11)",
         "",
         f"Generated by `python -m prove.soak` (`make soak`). Date {r['date']}; git "
         f"{g['commit'][:12]}{' (dirty)' if g['dirty'] else ''}; seed {cfg['seed']}; "
@@ -603,8 +705,35 @@ def render(r: dict) -> str:
         ("applications at the targets (ours)", c["applications"], ""),
         ("authorized sends", c["sends"], ""),
         ("takeovers after lease expiry", c["takeovers_after_expiry"], ""),
+        (
+            "takeovers before lease expiry (claim history, database clock)",
+            c.get("early_takeovers"),
+            "0",
+        ),
+        ("epochs claimed out of order", c.get("epochs_backwards"), "0"),
     ]
+    if fo:
+        rows += [("failovers", c["failovers"], f">= {cfg['failovers']}"),
+                 ("crash-restarts of the primary", c["crash_restarts"],
+                  f">= {cfg['crash_restarts']}")]  # fmt: skip
     L += [f"| {a} | {b} | {x} |" for a, b, x in rows]
+    if fo:
+        L += ["", "## Failovers and crash-restarts", "",
+              "The database is a primary and a synchronous standby (world/pg_pair.py): a commit "
+              "returns only once the standby has it. A failover crashes the primary, promotes "
+              "the standby and rewinds the old primary back as the standby; writes wait for a "
+              "synchronous standby, so the window until a write commits includes the rewind. "
+              "Times are seconds from the crash (this process's monotonic clock).", "",
+              "| at s | kind | crash | promoted after s | writable after s | in sync after s |",
+              "|---:|---|---|---:|---:|---:|"]  # fmt: skip
+        for f in r.get("faults", []):
+            L.append(f"| {f['at_s']} | {f['kind']} | {f['how']} | {f.get('promoted_s', '-')} | "
+                     f"{f['writable_s']} | {f.get('in_sync_s', '-')} |")  # fmt: skip
+        win = [f["writable_s"] for f in r.get("faults", [])]
+        if win:
+            L += ["", f"Without a writable primary: {sum(win):.1f} s in all, at most "
+                  f"{max(win):.1f} s per fault; {r['chaos'].get('client_retries', 0)} client "
+                  f"calls of this process were made again after a lost connection."]  # fmt: skip
     ch = r["chaos"]
     exits = ", ".join(f"{e['worker']} exit {e['exit']}" for e in ch["worker_exits"]) or "none"
     L += ["", f"Chaos: {ch.get('sigkills', 0)} SIGKILLs, {len(ch['worker_exits'])} workers "
@@ -651,8 +780,10 @@ def render(r: dict) -> str:
         L.append(f"- {name}: {'; '.join(msgs)}")
     for name, msg in inv["final"]["missing"].items():
         L.append(f"- {name}: {msg}")
+    extra = (f" --failover --failovers {cfg['failovers']} --crash-restarts "
+             f"{cfg['crash_restarts']}" if fo else "")  # fmt: skip
     L += ["", f"Reproduce: `python -m prove.soak --workflows {cfg['workflows']} --minutes "
-          f"{cfg['minutes']:g} --workers {cfg['workers']} --seed {cfg['seed']}`.", ""]  # fmt: skip
+          f"{cfg['minutes']:g} --workers {cfg['workers']} --seed {cfg['seed']}{extra}`.", ""]  # fmt: skip
     return "\n".join(L)
 
 
@@ -673,16 +804,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS), help="directory for soak.md and soak.json")
     ap.add_argument("--kill-every", type=float, default=DEFAULTS["kill_every"])
     ap.add_argument("--sample-every", type=float, default=DEFAULTS["sample_every"])
+    ap.add_argument("--failover", action="store_true",
+                    help="a primary + synchronous standby with failovers and crash-restarts; "
+                    "writes failover.md and failover.json")  # fmt: skip
+    ap.add_argument("--failovers", type=int, default=DEFAULTS["failovers"])
+    ap.add_argument("--crash-restarts", type=int, default=DEFAULTS["crash_restarts"])
     args = ap.parse_args(argv)
     if args.workflows < 1 or args.workers < 1 or args.minutes <= 0:
         ap.error("--workflows and --workers must be >= 1 and --minutes > 0")
     report = run_soak({"workflows": args.workflows, "minutes": args.minutes,
                        "workers": args.workers, "seed": args.seed,
-                       "kill_every": args.kill_every, "sample_every": args.sample_every})  # fmt: skip
+                       "kill_every": args.kill_every, "sample_every": args.sample_every,
+                       "failover": args.failover, "failovers": args.failovers,
+                       "crash_restarts": args.crash_restarts})  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "soak.json").write_text(scrub(json.dumps(report, indent=1, default=str)))
-    (out / "soak.md").write_text(scrub(render(report)))
+    name = "failover" if args.failover else "soak"
+    (out / f"{name}.json").write_text(scrub(json.dumps(report, indent=1, default=str)))
+    (out / f"{name}.md").write_text(scrub(render(report)))
     print(json.dumps({"verdict": report["verdict"], **report["counts"],
                       "throughput": report["throughput"]}, indent=1))  # fmt: skip
     return 0 if report["verdict"] == "PASS" else 1

@@ -41,3 +41,21 @@ def test_slope_is_least_squares_per_minute() -> None:
     assert soak.slope_per_min([(0, 10.0), (60, 11.0), (120, 12.0)]) == 1.0
     assert soak.slope_per_min([(0, 5.0), (30, 5.0), (60, 5.0)]) == 0.0
     assert soak.slope_per_min([(0, 1.0), (1, 2.0)]) is None
+
+
+def test_the_failover_mode_rides_through_a_failover_and_a_crash_restart() -> None:
+    report = soak.run_soak({
+        "workflows": 8, "workers": 2, "minutes": 1.5, "seed": 20261202, "drain_s": 45.0,
+        "kill_every": 6.0, "sample_every": 0, "rss_every": 1.0, "start_rate": 2.0,
+        "failover": True, "failovers": 1, "crash_restarts": 1,
+    }, log=lambda *a: None)  # fmt: skip
+    c = report["counts"]
+    assert report["verdict"] == "PASS", (report["failed"], c, report["invariants"]["final"])
+    assert c["failovers"] == 1 and c["crash_restarts"] == 1, c
+    assert c["lost"] == 0 and c["duplicates_tier12"] == 0 and c["terminal"] == 8, c
+    assert c["epochs_backwards"] == 0 and c["early_takeovers"] == 0, c
+    kinds = sorted(f["kind"] for f in report["faults"])
+    assert kinds == ["failover", "restart"], report["faults"]
+    assert all(f["writable_s"] > 0 for f in report["faults"]), report["faults"]
+    text = soak.render(report)
+    assert "# Failover soak" in text and "| failover |" in text
