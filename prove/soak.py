@@ -428,7 +428,6 @@ class Soak:
         window = max(1.0, total - min(cfg["drain_s"], total / 2))
         paced = window / max(1, cfg["workflows"])
         interval = 1.0 / cfg["start_rate"] if cfg["start_rate"] else paced
-        admin = testing.admin_dsn()
         with ExitStack() as stack:
             self.stack = stack
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ilr-soak-")))
@@ -440,6 +439,7 @@ class Soak:
                 self.pair = stack.enter_context(PgPair())
                 self.dsn = self.pair.dsn()
             else:
+                admin = testing.admin_dsn()
                 template = stack.enter_context(testing.template_database(admin))
                 self.dsn = stack.enter_context(testing.fresh_database(admin, template))
             self.rt = stack.enter_context(Runtime(self.dsn))
