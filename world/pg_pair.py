@@ -14,7 +14,9 @@ and the primary waits for the standby on every commit (`synchronous_standby_name
 Clients connect with a multi-host DSN (dsn()): libpq tries each node and keeps the one that
 accepts writes (`target_session_attrs=read-write`). Every node's port is given on the command
 line, never in postgresql.conf, because pg_basebackup and pg_rewind copy the configuration
-files from the other node. When run as root the servers run as the project's server user
+files from the other node. `listen` and `trust` open the pair to workers on other hosts (the
+namespaces of world/netns.py): addresses to listen on and networks pg_hba.conf trusts, beside
+127.0.0.1; dsn(host=...) is the DSN such a worker uses. When run as root the servers run as the project's server user
 (local_postgres.server_user) from directories under /var/tmp it can reach.
 """
 
@@ -82,6 +84,11 @@ class PgPair:
     """Two nodes, `primary` and `standby` (the roles swap at each failover)."""
 
     base: Path | None = None
+    # Addresses to listen on besides 127.0.0.1 (the gateways of world/netns.py's namespaces),
+    # and the networks pg_hba.conf trusts besides loopback (their subnets): for workers on
+    # other hosts. Replication stays on 127.0.0.1.
+    listen: tuple[str, ...] = ()
+    trust: tuple[str, ...] = ()
     primary: Node = field(init=False)
     standby: Node = field(init=False)
     failovers: list[dict] = field(default_factory=list)
@@ -147,9 +154,13 @@ class PgPair:
         self._own(a.data)
         self._run("initdb", "-D", str(a.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
                   "--locale=C", "--no-instructions")  # fmt: skip
+        settings = dict(SETTINGS, listen_addresses=f"'{','.join(('127.0.0.1', *self.listen))}'")
         with (a.data / "postgresql.conf").open("a") as f:
             f.write("\n# Interlock Runtime (world/pg_pair.py)\n")
-            f.write("".join(f"{k} = {v}\n" for k, v in SETTINGS.items()))
+            f.write("".join(f"{k} = {v}\n" for k, v in settings.items()))
+        if self.trust:  # pg_basebackup copies it to the standby
+            with (a.data / "pg_hba.conf").open("a") as f:
+                f.write("".join(f"host all all {net} trust\n" for net in self.trust))
         self._start(a)
         # The database exists before the standby does, so creating it waits for nobody.
         self._sql(a, f'create database "{database}"', autocommit=True, sync=False)
@@ -176,9 +187,10 @@ class PgPair:
 
     # -- clients --------------------------------------------------------------------------
 
-    def dsn(self, database: str = "ilr") -> str:
-        """Both nodes; libpq keeps the one that accepts writes."""
-        hosts = f"127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}"
+    def dsn(self, database: str = "ilr", host: str = "127.0.0.1") -> str:
+        """Both nodes; libpq keeps the one that accepts writes. `host` is one of 127.0.0.1
+        and the `listen` addresses."""
+        hosts = f"{host}:{self.primary.port},{host}:{self.standby.port}"
         return (f"postgresql://postgres@{hosts}/{database}"
                 "?target_session_attrs=read-write&connect_timeout=3")  # fmt: skip
 
