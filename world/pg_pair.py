@@ -16,8 +16,9 @@ accepts writes (`target_session_attrs=read-write`). Every node's port is given o
 line, never in postgresql.conf, because pg_basebackup and pg_rewind copy the configuration
 files from the other node. `listen` and `trust` open the pair to workers on other hosts (the
 namespaces of world/netns.py): addresses to listen on and networks pg_hba.conf trusts, beside
-127.0.0.1; dsn(host=...) is the DSN such a worker uses. When run as root the servers run as the project's server user
-(local_postgres.server_user) from directories under /var/tmp it can reach.
+127.0.0.1; dsn(host=...) is the DSN such a worker uses. When run as root the servers run as the
+project's server user (local_postgres.server_user) from directories under /var/tmp it can
+reach.
 """
 
 from __future__ import annotations
