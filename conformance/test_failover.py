@@ -85,3 +85,19 @@ def test_a_failover_loses_nothing_and_applies_nothing_twice(tmp_path, how: str) 
     assert len(keys) == 2 * N and len(set(keys)) == 2 * N  # every refund applied exactly once
     assert epochs == 0  # no later epoch was claimed before an earlier one
     assert violations == {}
+
+
+def test_a_client_rides_through_a_crash_restart_and_a_failover() -> None:
+    """Runtime's transactional calls (start, signal, cancel, approve, revoke) find a dead
+    connection at BEGIN, connect again (the multi-host DSN reaches whichever node is primary)
+    and go on: no error reaches the caller for a connection that died between two calls."""
+    with PgPair() as pair:
+        with Runtime(pair.dsn()) as rt:
+            rt.start(flows.echo, "c-0", {"n": 0})
+            pair.crash_restart("immediate")
+            rt.start(flows.echo, "c-1", {"n": 1})  # the first call after the restart
+            pair.failover("kill")
+            rt.signal("c-1", "nudge", {"n": 2})  # the first call after the failover
+            rt.cancel("c-0", by="test")
+            rows = rt.list()
+    assert {r["id"] for r in rows} >= {"c-0", "c-1"}

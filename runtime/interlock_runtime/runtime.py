@@ -13,6 +13,8 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
@@ -67,11 +69,31 @@ class Runtime:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def _live(self) -> psycopg.Connection[db.Row]:
+        """The connection, made again when it broke (a server restart, a failover: with a
+        multi-host DSN the new one reaches the new primary). Call with self._lock held."""
+        if self._conn.closed or self._conn.broken:
+            self._conn = db.connect_explained(self.dsn)
+        return self._conn
+
     def _execute(self, sql: str, params: dict[str, Any] | None = None) -> psycopg.Cursor[db.Row]:
         with self._lock:
-            if self._conn.closed or self._conn.broken:  # e.g. after a server restart
-                self._conn = db.connect_explained(self.dsn)
-            return self._conn.execute(sql, params)
+            return self._live().execute(sql, params)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[db.Row]]:
+        """One transaction under the lock. A connection found dead at BEGIN (nothing sent yet)
+        is made again once, so a client rides through a restart or a failover; a connection
+        lost later raises (the transaction's outcome is the caller's to find out)."""
+        with self._lock, ExitStack() as stack:
+            try:
+                conn = self._live()
+                stack.enter_context(conn.transaction())
+            except psycopg.OperationalError:
+                self._conn.close()
+                conn = self._live()
+                stack.enter_context(conn.transaction())
+            yield conn
 
     # -- deployments ------------------------------------------------------------------------
 
@@ -79,7 +101,7 @@ class Runtime:
         """Record the (name, version, code hash) of each workflow. A changed hash for a deployed
         pair raises CodeChanged unless allow_code_change."""
         defs = [definition(w) for w in workflows]
-        with self._lock, self._conn.transaction():
+        with self._transaction():
             for wf in defs:
                 register_deployment(self._conn, wf, allow_code_change)
         return defs
@@ -108,7 +130,7 @@ class Runtime:
             self.register(wf)
             name, version = wf.name, version or wf.version
         version = self._resolve_version(name, version)
-        with self._lock, self._conn.transaction():
+        with self._transaction():
             params = {
                 "id": wf_id,
                 "name": name,
@@ -211,14 +233,14 @@ class Runtime:
                                "the runtime's own; choose another")  # fmt: skip
         sender = validate.optional_name(sender, "sender")
         body = json.loads(_input_text({} if payload is None else payload, "signal payload"))
-        with self._lock, self._conn.transaction():
+        with self._transaction():
             return signal_in(self._conn, wf_id, name, body, sender)
 
     def cancel(self, wf_id: str, by: str | None = None) -> None:
         """Request cancellation: the workflow sees Cancelled once, at its next durable call."""
         check_id(wf_id)
         by = validate.optional_name(by, "by")
-        with self._lock, self._conn.transaction():
+        with self._transaction():
             cancel_in(self._conn, wf_id, by)
 
     def migrate(self, wf_id: str, to_version: str) -> None:
@@ -249,7 +271,7 @@ class Runtime:
         if isinstance(at_seq, bool) or not isinstance(at_seq, int) or not 1 <= at_seq <= MAX_SEQ:
             raise InvalidInput(f"at_seq must be an integer >= 1 (and at most {MAX_SEQ}), "
                                f"got {validate.shown(at_seq)}")  # fmt: skip
-        with self._lock, self._conn.transaction():
+        with self._transaction():
             params = {"id": wf_id, "new_id": new_id, "at_seq": at_seq}
             try:
                 inserted = self._conn.execute(db.query("insert_fork"), params).rowcount
@@ -309,7 +331,7 @@ class Runtime:
         expires = _expires_in(expires_in)
         body = json.loads(_input_text({"payload": payload, "facts_seen": facts_seen}, "approval"))
         gid = f"grant_{uuid.uuid4().hex[:16]}"
-        with self._lock, self._conn.transaction():
+        with self._transaction():
             _lock_live(self._conn, wf_id, "approved")
             self._conn.execute(db.query("insert_grant"), {
                 "id": gid, "principal": principal or f"workflow:{wf_id}", "action": action,
@@ -324,7 +346,7 @@ class Runtime:
         under it before the revoke committed. No later dispatch or resend can use it."""
         check_id(grant_id, "grant id")
         by = validate.optional_name(by, "by")
-        with self._lock, self._conn.transaction():
+        with self._transaction():
             return revoke_in(self._conn, grant_id, by)
 
     def ambiguous(self) -> builtins.list[db.Row]:
@@ -394,7 +416,7 @@ class Runtime:
                 done.append({**orphan, "outcome": "skipped: no target object for this name"})
                 continue
             with self._lock:
-                conn = self._conn
+                conn = self._live()
                 claim = conn.execute(db.query("orphan_claim"),
                                      {"wf": orphan["workflow_id"], "ttl": lease_ttl}).fetchone()  # fmt: skip
                 if claim is None:
