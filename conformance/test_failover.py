@@ -10,7 +10,7 @@ import pytest
 
 from conformance.invariants import Evidence, check_all, target_config
 from conformance.run_sources import FLOWS, flows
-from interlock_runtime import Runtime, db, migrations
+from interlock_runtime import Runtime, UnsafeDatabase, db, migrations
 from interlock_runtime.testing import WorkerProcess, wait_for
 from world.pg_pair import PgPair
 from world.target import Target
@@ -100,4 +100,8 @@ def test_a_client_rides_through_a_crash_restart_and_a_failover() -> None:
             rt.signal("c-1", "nudge", {"n": 2})  # the first call after the failover
             rt.cancel("c-0", by="test")
             rows = rt.list()
+        # With a synchronous standby configured, a session that commits locally only would
+        # lose acknowledged commits at a failover: refused (durability.check).
+        with pytest.raises(UnsafeDatabase, match="synchronous_commit = local"):
+            Runtime(pair.dsn() + "&options=-c%20synchronous_commit%3Dlocal")
     assert {r["id"] for r in rows} >= {"c-0", "c-1"}

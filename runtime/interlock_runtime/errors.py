@@ -113,3 +113,9 @@ class Cancelled(BaseException):
 
 class ContinuedAsNew(BaseException):
     """This run ended as `continued`; its successor (the argument) is already started."""
+
+
+class UnsafeDatabase(InterlockError):
+    """The database runs with a setting that loses commits it acknowledged (synchronous_commit
+    or fsync off); the message names the setting and how to change it
+    (docs/deployment.md#settings-the-runtime-relies-on)."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from . import authority, db, journal, local_postgres, migrations, receipts, validate
+from . import authority, db, durability, journal, local_postgres, migrations, receipts, validate
 from .errors import (
     CodeChanged,
     InvalidInput,
@@ -56,6 +56,7 @@ class Runtime:
         self._conn = db.connect_explained(self.dsn)
         try:
             migrations.ensure(self._conn, create=create_schema)
+            durability.check(self._conn)
         except BaseException:
             self._conn.close()
             raise

@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, killpoints, local_postgres, migrations
+from . import db, durability, killpoints, local_postgres, migrations
 from .context import ENDS_GRANTS, Run, WorkflowContext, port_of
 from .errors import (
     Cancelled,
@@ -35,6 +35,7 @@ from .errors import (
     NonDeterminism,
     Release,
     Suspend,
+    UnsafeDatabase,
 )
 from .events import JsonLines, emit, log
 from .runtime import register_deployment
@@ -96,6 +97,7 @@ class Worker:
     def register(self) -> None:
         with db.connect(self.dsn) as conn:
             migrations.ensure(conn)
+            durability.check(conn)
             with conn.transaction():
                 for wf in self.defs.values():
                     register_deployment(conn, wf, self.allow_code_change)
@@ -424,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     try:
         worker.run()
+    except UnsafeDatabase as exc:
+        print(f"interlock worker: {exc}", file=sys.stderr)
+        return 2
     except CodeChanged as exc:
         print(f"interlock worker: {exc}", file=sys.stderr)
         print(

@@ -564,3 +564,9 @@ select current_user as u;
 select id, sender from ilr.signals
  where workflow_id = %(wf)s and name = 'approve' and consumed_seq is null
  order by id limit 1;
+
+-- name: durability_settings
+-- durability.check: this session's values of the settings that keep an acknowledged commit.
+select current_setting('synchronous_commit') as synchronous_commit,
+       current_setting('synchronous_standby_names') as synchronous_standby_names,
+       current_setting('fsync') as fsync;
