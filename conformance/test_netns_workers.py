@@ -15,6 +15,7 @@ every catalog invariant holds over the run."""
 
 from __future__ import annotations
 
+import signal
 from contextlib import ExitStack
 from datetime import datetime
 
@@ -36,10 +37,10 @@ pytestmark = [
 ]
 
 TTL = 3.0  # every worker's lease time-to-live
-SLOW_S = 10.0  # the slow step's body, on A (cut off inside it) and again on B (holding a live
-# lease when A's held write arrives)
-POST_MS = 6000  # the target's service time for A's refund requests: in flight at the partition
-SEND = {"send_timeout": 9.0, "settle_margin": 1.0}  # POST_MS fits in the send budget
+FIRST_S = 8.0  # the slow step's body on A: cut off inside it, A sends its write before the heal
+AGAIN_S = 14.0  # the same body on B: B holds a live lease when A's held write arrives
+POST_MS = 4000  # the target's service time for A's refund requests: in flight at the partition
+SEND = {"send_timeout": 6.0, "settle_margin": 1.0}  # POST_MS fits in the send budget
 HOLDS = [f"n-hold-{i}" for i in range(3)]
 ALONE = "n-alone"  # a workflow only group A serves: nobody takes it over
 REFUNDS = {tier: f"n-refund-t{tier}" for tier in (1, 2)}
@@ -78,37 +79,56 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
             TargetAdmin(t.url).create_payment(f"pay_{tier}", 10000)
         workers: dict[str, list[WorkerProcess]] = {"a": [], "b": []}
 
-        def group(label: str, *only: str) -> None:
+        def group(label: str, slots: tuple[int, int], *only: str) -> None:
             space = world[label]
             extra = ("--module", "conformance.netns_flows", *(("--only", *only) if only else ()))
-            for i in range(2):  # 2 x 3 slots: group A holds all six runs, with no slot free
+            for i, n in enumerate(slots):
                 w = WorkerProcess(pair.dsn(host=space.gateway), f"{label.upper()}{i}", tmp_path,
                                   "flows", pythonpath=str(FLOWS), cwd=str(FLOWS), lease_ttl=TTL,
-                                  poll=0.2, concurrency=3, popen=space.popen,
+                                  poll=0.2, concurrency=n, popen=space.popen,
                                   extra_args=extra)  # fmt: skip
                 stack.callback(w.close)
                 workers[label].append(w)
+
+        def pause(*ws: WorkerProcess) -> None:
+            for w in ws:
+                w.signal(signal.SIGSTOP)
+                w.wait_stopped()
+
+        def resume(*ws: WorkerProcess) -> None:
+            for w in ws:
+                w.signal(signal.SIGCONT)
 
         def events(label: str, event: str, **match: object) -> list[dict]:
             return [e for w in workers[label] for e in w.events() if e["event"] == event
                     and all(e.get(k) == v for k, v in match.items())]  # fmt: skip
 
         inv = {wf: str(tmp_path / f"{wf}.inv.jsonl") for wf in (*HOLDS, ALONE)}
-        group("a")
+        # Every worker holds as many runs as it has slots, so none claims anything while cut
+        # off: A0 (one slot) the run only A serves, A1 (five) the others; B (3 + 3) is idle.
+        group("a", (1, 5))
+        group("b", (3, 3), "netns_hold@1,policy_refund@1")
+        (a0, a1), (b0, b1) = workers["a"], workers["b"]
+        for w in (a0, a1, b0, b1):
+            w.wait_event("registered", timeout=60)
         with Runtime(dsn) as rt:
             grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
+            pause(a1, b0, b1)  # paused while the runs are handed out, holding nothing
+            rt.start(netns_flows.alone, ALONE, {"log": inv[ALONE], "first": FIRST_S, "again": 0})
+            a0.wait_event("claimed", wf=ALONE)
+            resume(a1)
             for wf in HOLDS:
-                rt.start(netns_flows.hold, wf, {"log": inv[wf], "first": SLOW_S, "again": SLOW_S})
-            rt.start(netns_flows.alone, ALONE, {"log": inv[ALONE], "first": SLOW_S, "again": 0})
+                rt.start(netns_flows.hold, wf, {"log": inv[wf], "first": FIRST_S,
+                                                "again": AGAIN_S})  # fmt: skip
             for tier, wf in REFUNDS.items():
                 rt.start(flows.policy_refund, wf, {
                     "id": wf, "target_url": urls[tier], "payment": f"pay_{tier}", "tier": tier,
                     "payload": {"amount": 100, "payment": f"pay_{tier}"}, "grant": grant,
                     **SEND})  # fmt: skip
             held = {*HOLDS, ALONE, *REFUNDS.values()}
-            wait_for(lambda: {e["wf"] for e in events("a", "claimed")} >= held, 60,
-                     "group A to claim every run")  # fmt: skip
-            group("b", "netns_hold@1,policy_refund@1")  # idle: A holds every lease
+            wait_for(lambda: {e["wf"] for e in a1.events() if e["event"] == "claimed"}
+                     >= held - {ALONE}, 60, "A1 to claim the other five runs")  # fmt: skip
+            resume(b0, b1)  # B cannot claim anything while A renews its leases
 
             def posts() -> list[dict]:
                 return [r for t in targets.values()
@@ -117,10 +137,8 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
             def a_inside_slow() -> set[str]:
                 return {e["wf"] for e in events("a", "step_started", name="slow")}
 
-            wait_for(lambda: len(posts()) == 2 and a_inside_slow() >= {*HOLDS, ALONE}
-                     and all(any(e["event"] == "registered" for e in w.events())
-                             for w in workers["b"]),
-                     60, "A inside the slow step everywhere, both refunds sent, group B up")  # fmt: skip
+            wait_for(lambda: len(posts()) == 2 and a_inside_slow() >= {*HOLDS, ALONE}, 60,
+                     "A inside the slow step everywhere and both refunds sent")  # fmt: skip
             assert all(r["end"] is None for r in posts()), "a refund finished before the partition"
 
             t_part = _db_now(dsn)
@@ -138,7 +156,7 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
                      >= set(HOLDS), 60, "B inside the slow step everywhere")  # fmt: skip
             slow_a = {wf: read_jsonl(tmp_path / f"{wf}.inv.jsonl") for wf in (*HOLDS, ALONE)}
             last_body_end = max(r["t"] for runs in slow_a.values() for r in runs
-                                if r["step"] == "slow" and r["worker"] in A_IDS) + SLOW_S  # fmt: skip
+                                if r["step"] == "slow" and r["worker"] in A_IDS) + FIRST_S  # fmt: skip
             wait_for(lambda: _db_now(dsn) > last_body_end + 0.3, 30, "A's slow bodies to return")
             t_heal = _db_now(dsn)
             a.heal()
@@ -208,7 +226,7 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
     under_live_b = []  # seconds from A's refused write to B's row of the slow step
     for wf in (*HOLDS, ALONE):
         runs = [r for r in slow_a[wf] if r["step"] == "slow"]
-        assert t_part - SLOW_S < runs[0]["t"] < t_heal - SLOW_S, (wf, runs, t_part, t_heal)
+        assert t_part - FIRST_S < runs[0]["t"] < t_heal - FIRST_S, (wf, runs, t_part, t_heal)
         successor = by_wf[wf][1]
         got = [(r["worker"], r["epoch"]) for r in read_jsonl(tmp_path / f"{wf}.inv.jsonl")
                if r["step"] == "slow"]  # fmt: skip
@@ -224,6 +242,8 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
         assert refusals[0]["ts"] >= t_heal, refusals  # it was held by the network until then
         if wf != ALONE:
             under_live_b.append(_ts(row["created_at"]) - refusals[0]["ts"])
+        else:  # refused under A's own epoch, lease lapsed, before anyone claimed it again
+            assert refusals[0]["ts"] < _ts(successor["claimed_at"]), (refusals, successor)
     assert all(dt > 0 for dt in under_live_b), under_live_b
 
     # each refund in flight landed once, B's recovery said how, A's response was kept
