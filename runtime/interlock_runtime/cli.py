@@ -534,6 +534,18 @@ def _dsn_in(argv: list[str]) -> str:
     return local_postgres.dsn()
 
 
+def _option_values(argv: list[str], option: str) -> list[str]:
+    """The values given to an option (`--opt V` or `--opt=V`) of a verb that parses its own
+    flags, so that they are checked here before its module sees them."""
+    values = []
+    for i, item in enumerate(argv):
+        if item == option and i + 1 < len(argv):
+            values.append(argv[i + 1])
+        elif item.startswith(option + "="):
+            values.append(item.split("=", 1)[1])
+    return values
+
+
 def _delegate(argv: list[str]) -> Callable[[], int] | None:
     """The verbs that parse their own flags, each its module's main (imported only here)."""
     verb, rest = argv[0] if argv else "", argv[1:]
@@ -542,7 +554,15 @@ def _delegate(argv: list[str]) -> Callable[[], int] | None:
     if verb == "watchdog":  # and the watchdog (a separate process by design)
         from .watchdog import main as watchdog_main
 
-        return lambda: watchdog_main(rest)
+        def watchdog() -> int:
+            for value in _option_values(rest, "--threshold"):
+                validate.seconds(value, "--threshold", optional=False, from_text=True)
+            for value in _option_values(rest, "--every"):
+                validate.number(value, "--every", low=0.1, high=86_400, unit="seconds",
+                                from_text=True)  # fmt: skip
+            return watchdog_main(rest)
+
+        return watchdog
     if verb == "approve":  # a person approves a decision (approve_cli.py)
         from .approve_cli import main as approve_main
 
@@ -590,6 +610,11 @@ def run(command: str, dsn: Callable[[], str], body: Callable[[], int]) -> int:
         return 2
     except psycopg.OperationalError as exc:  # the connection was lost during the command
         print(f"interlock {command}: {db.explain(dsn(), exc)}", file=sys.stderr)
+        return 2
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        print(f"interlock {command}: the database at {db.address(dsn())} has no Interlock schema "
+              f"({' '.join(str(exc).split())[:120]}); run `interlock db upgrade --dsn ...` or "
+              "check the DSN", file=sys.stderr)  # fmt: skip
         return 2
     except InterlockError as exc:
         print(f"interlock {command}: {exc}", file=sys.stderr)

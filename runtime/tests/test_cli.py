@@ -204,3 +204,16 @@ def test_a_reader_that_closes_the_pipe_early_ends_it_quietly(dsn, conn) -> None:
     assert proc.stdout.startswith("ID"), proc.stdout
     assert proc.stderr == "", proc.stderr
     assert proc.returncode == 0
+
+
+def test_verbs_with_parsers_of_their_own_are_checked_too(dsn, conn, capsys) -> None:
+    for args in (["watchdog", "--threshold", "nan"], ["watchdog", "--threshold=-1"],
+                 ["watchdog", "--every", "-1"], ["watchdog", "--every", "inf"],
+                 ["worker", "--module", "flows", "--lease-ttl", "-1"],
+                 ["worker", "--module", "flows", "--concurrency", "0"],
+                 ["approve", "w1", "--by", "ann", "--expires-in", "nan"]):  # fmt: skip
+        status, _, err = _in_process(capsys, *args, "--dsn", dsn)
+        assert status == 2 and len(err.strip().splitlines()) == 1, (args, err)
+    conn.execute("drop schema ilr cascade")  # a database without the schema: one line too
+    status, _, err = _in_process(capsys, "watchdog", "--dsn", dsn)
+    assert status == 2 and "has no Interlock schema" in err and "db upgrade" in err, err
