@@ -103,6 +103,7 @@ DEFAULTS: dict[str, Any] = {
     "failover": False,  # the database is a primary + synchronous standby pair (issue 20)
     "failovers": 5,
     "crash_restarts": 5,
+    "standby_clock_offset": 0.0,  # seconds the standby's clock runs ahead (libfaketime)
 }
 
 
@@ -436,7 +437,10 @@ class Soak:
                 stack.callback(t.stop)
             self.pair: PgPair | None = None
             if cfg["failover"]:
-                self.pair = stack.enter_context(PgPair())
+                offset = cfg["standby_clock_offset"]
+                self.pair = stack.enter_context(
+                    PgPair(clock_offset={"b": offset} if offset else {})
+                )
                 self.dsn = self.pair.dsn()
             else:
                 admin = testing.admin_dsn()
@@ -809,6 +813,12 @@ def main(argv: list[str] | None = None) -> int:
                     "writes failover.md and failover.json")  # fmt: skip
     ap.add_argument("--failovers", type=int, default=DEFAULTS["failovers"])
     ap.add_argument("--crash-restarts", type=int, default=DEFAULTS["crash_restarts"])
+    ap.add_argument(
+        "--standby-clock-offset",
+        type=float,
+        default=0.0,
+        help="seconds the standby's clock runs ahead of the primary's (libfaketime)",
+    )
     args = ap.parse_args(argv)
     if args.workflows < 1 or args.workers < 1 or args.minutes <= 0:
         ap.error("--workflows and --workers must be >= 1 and --minutes > 0")
@@ -816,10 +826,13 @@ def main(argv: list[str] | None = None) -> int:
                        "workers": args.workers, "seed": args.seed,
                        "kill_every": args.kill_every, "sample_every": args.sample_every,
                        "failover": args.failover, "failovers": args.failovers,
-                       "crash_restarts": args.crash_restarts})  # fmt: skip
+                       "crash_restarts": args.crash_restarts,
+                       "standby_clock_offset": args.standby_clock_offset})  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = "failover" if args.failover else "soak"
+    if args.failover and args.standby_clock_offset:
+        name = "failover_clock"
     (out / f"{name}.json").write_text(scrub(json.dumps(report, indent=1, default=str)))
     (out / f"{name}.md").write_text(scrub(render(report)))
     print(json.dumps({"verdict": report["verdict"], **report["counts"],

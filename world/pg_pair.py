@@ -23,6 +23,7 @@ reach.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -90,6 +91,11 @@ class PgPair:
     # other hosts. Replication stays on 127.0.0.1.
     listen: tuple[str, ...] = ()
     trust: tuple[str, ...] = ()
+    # Seconds a node's clock runs ahead of this machine's, by node name ("a" starts as the
+    # primary, "b" as the standby): the server runs under libfaketime (LD_PRELOAD, FAKETIME
+    # "+Ns", monotonic clocks untouched), so its now() is shifted. After a failover to it,
+    # leases and send deadlines written by the other node's clock are judged by this one.
+    clock_offset: dict[str, float] = field(default_factory=dict)
     primary: Node = field(init=False)
     standby: Node = field(init=False)
     failovers: list[dict] = field(default_factory=list)
@@ -111,11 +117,13 @@ class PgPair:
 
     # -- processes ------------------------------------------------------------------------
 
-    def _run(self, *args: str, check: bool = True, timeout: float = 120) -> str:
+    def _run(self, *args: str, check: bool = True, timeout: float = 120,
+             env: dict[str, str] | None = None) -> str:  # fmt: skip
         cmd = [str(self._bin / args[0]), *args[1:]]
         if self._user:
             cmd = ["runuser", "-u", self._user, "--", *cmd]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        full_env = {**os.environ, **env} if env else None
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
         if check and proc.returncode != 0:
             raise PairError(f"{' '.join(args[:2])} failed (exit {proc.returncode}): "
                             f"{proc.stdout[-1500:]}{proc.stderr[-1500:]}")  # fmt: skip
@@ -128,7 +136,27 @@ class PgPair:
     def _start(self, node: Node) -> None:
         self._own(node.data.parent)
         self._run("pg_ctl", "start", "-D", str(node.data), "-l", str(node.log), "-w", "-t", "60",
-                  "-o", f"-p {node.port}")  # fmt: skip
+                  "-o", f"-p {node.port}", env=self._clock_env(node))  # fmt: skip
+
+    def _clock_env(self, node: Node) -> dict[str, str] | None:
+        offset = self.clock_offset.get(node.name)
+        if not offset:
+            return None
+        spec = importlib.util.find_spec("libfaketime")
+        if spec is None or not spec.submodule_search_locations:
+            raise PairError("a clock offset needs the libfaketime package: `make setup` "
+                            "installs it (the test extra)")  # fmt: skip
+        lib = Path(spec.submodule_search_locations[0]) / "vendor/libfaketime/src/libfaketime.so.1"
+        here = self._root / "libfaketime.so.1"  # where the server user can read it
+        if not here.exists():
+            shutil.copy(lib, here)
+            here.chmod(0o755)
+        return {
+            "LD_PRELOAD": str(here),
+            "FAKETIME": f"{offset:+g}s",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "FAKETIME_DONT_RESET": "1",
+        }
 
     def _pid(self, node: Node) -> int | None:
         try:

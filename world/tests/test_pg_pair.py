@@ -96,3 +96,19 @@ def test_a_commit_waits_for_the_standby(pair) -> None:
     pair.primary, pair.standby = pair.standby, old
     with psycopg.connect(pair.primary.conninfo("ilr")) as conn:
         assert conn.execute("select count(*) from acked").fetchone()[0] in (0, 1)
+
+
+def test_a_node_whose_clock_runs_ahead_judges_by_its_own_clock_after_a_failover() -> None:
+    """clock_offset: the standby's now() runs 3 s ahead (libfaketime); while the other node is
+    primary the DSN sees this machine's time, after the failover the standby's."""
+
+    def ahead(p: PgPair) -> float:
+        with psycopg.connect(p.dsn()) as conn:
+            db_now = conn.execute("select extract(epoch from clock_timestamp())").fetchone()[0]
+        return float(db_now) - time.time()
+
+    with PgPair(clock_offset={"b": 3.0}) as p:
+        assert abs(ahead(p)) < 0.5
+        p.failover("immediate")
+        assert p.primary.name == "b"
+        assert 2.5 < ahead(p) < 3.5
