@@ -109,6 +109,11 @@ def check_dsn(dsn: Any) -> str:
         raise InvalidInput("the DSN must be a non-empty string without NUL characters; give "
                            "--dsn or ILR_DSN as postgresql://USER@HOST:PORT/DBNAME")  # fmt: skip
     try:
+        dsn.encode()
+    except UnicodeEncodeError:
+        raise InvalidInput("the DSN is not valid UTF-8 (undecodable bytes); give --dsn or ILR_DSN "
+                           "as postgresql://USER@HOST:PORT/DBNAME") from None  # fmt: skip
+    try:
         info = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error as exc:
         raise explain(dsn, exc) from None

@@ -305,6 +305,7 @@ def _cli_case(kind: str) -> st.SearchStrategy:
         st.text(alphabet="abcxyz ;", min_size=1, max_size=20).map(lambda s: f"garbage{s}"),
         st.integers(65536, 10**6).map(lambda p: f"postgresql://postgres@127.0.0.1:{p}/x"),
         st.sampled_from(["port=abc", "host=127.0.0.1 port=1 dbname='unclosed", "port=0"]),
+        INVALID_UTF8.map(lambda b: b"host=" + b),
     )
     down = st.sampled_from(["postgresql://postgres@127.0.0.1:1/x", "host=127.0.0.1 port=1"])
     verbs = [["list"], ["describe", "w1"], ["result", "w1", "--timeout", "1"], ["signal", "w1", "go"],
@@ -382,6 +383,8 @@ KNOWN_CLI = {
     "json": [["start", "echo", "w9", "--input", _nest(30_000)], ["signal", "w1", "go", "--payload",
              '{"a": NaN}']],
 }  # fmt: skip
+KNOWN_CLI_DSN = [(["describe", "w1"], b"host=\xff"), (["list"], "garbage"),
+                 (["list"], "postgresql://postgres@127.0.0.1:1/x")]  # fmt: skip
 KNOWN_API = {
     "names": [(lambda rt, x: rt.grant(x, "refund", by="ann"), "p" * 10_000_000)],
     "numbers": [(lambda rt, x: rt.result("w1", timeout=x), float("nan")),
@@ -429,7 +432,8 @@ def _cli_fuzz(dsn: str, kind: str):
         assert changed == 0, (argv, "changed rows", changed)
         fig["refused"] += 1
 
-    _with_known(check, [(argv, None) for argv in KNOWN_CLI.get(kind, [])])()
+    known = [(argv, None) for argv in KNOWN_CLI.get(kind, [])]
+    _with_known(check, known + (KNOWN_CLI_DSN if kind == "dsn" else []))()
 
 
 def test_fuzz_cli_ids(dsn) -> None:
