@@ -117,7 +117,9 @@ def check_dsn(dsn: Any) -> str:
         info = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error as exc:
         raise explain(dsn, exc) from None
-    for port in str(info.get("port") or "5432").split(","):
+    for port in str(info.get("port") or "5432").split(","):  # one per host of a multi-host DSN
+        if port.strip() == "":  # an empty entry is libpq's default port
+            continue
         if not port.strip().isdigit() or not 1 <= int(port) <= 65535:
             raise InvalidInput(f"the DSN is not valid (port {port!r} is not a number in "
                                "1-65535); give --dsn or ILR_DSN as "
