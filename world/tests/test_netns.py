@@ -95,6 +95,9 @@ def test_a_port_partition_cuts_that_port_both_ways_and_an_open_connection_resume
             assert a.partitioned
             assert _ask(held, b"2", 1.5) is None  # the request does not get through
             cut.conns[0].sendall(b"push")  # nor does anything the server sends
+            held.settimeout(1.5)
+            with pytest.raises(TimeoutError):
+                held.recv(100)
             with pytest.raises(OSError):
                 a.connect(a.gateway, cut.port, timeout=2)
             with a.connect(a.gateway, other.port) as s:  # every other port still answers
