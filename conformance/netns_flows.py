@@ -48,5 +48,5 @@ def hold(ctx, inp):
 
 @workflow(name="netns_alone", version="1")
 def alone(ctx, inp):
-    """Served by group A only: nobody takes it over while A is cut off."""
+    """Served by one worker of group A only: nobody takes it over while A is cut off."""
     return _slow_last(ctx, inp)

@@ -42,7 +42,7 @@ AGAIN_S = 14.0  # the same body on B: B holds a live lease when A's held write a
 POST_MS = 4000  # the target's service time for A's refund requests: in flight at the partition
 SEND = {"send_timeout": 6.0, "settle_margin": 1.0}  # POST_MS fits in the send budget
 HOLDS = [f"n-hold-{i}" for i in range(3)]
-ALONE = "n-alone"  # a workflow only group A serves: nobody takes it over
+ALONE = "n-alone"  # a workflow only worker A0 serves: nobody takes it over
 REFUNDS = {tier: f"n-refund-t{tier}" for tier in (1, 2)}
 LANDED = {1: "COMMITTED_BY_RETRY", 2: "COMMITTED_ON_QUERY"}  # B's recovery, by tier
 A_IDS, B_IDS = {"A0", "A1"}, {"B0", "B1"}  # the worker ids group() gives
@@ -79,10 +79,10 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
             TargetAdmin(t.url).create_payment(f"pay_{tier}", 10000)
         workers: dict[str, list[WorkerProcess]] = {"a": [], "b": []}
 
-        def group(label: str, slots: tuple[int, int], *only: str) -> None:
+        def group(label: str, *workers_of: tuple[int, str]) -> None:  # (slots, --only)
             space = world[label]
-            extra = ("--module", "conformance.netns_flows", *(("--only", *only) if only else ()))
-            for i, n in enumerate(slots):
+            for i, (n, only) in enumerate(workers_of):
+                extra = ("--module", "conformance.netns_flows", "--only", only)
                 w = WorkerProcess(pair.dsn(host=space.gateway), f"{label.upper()}{i}", tmp_path,
                                   "flows", pythonpath=str(FLOWS), cwd=str(FLOWS), lease_ttl=TTL,
                                   poll=0.2, concurrency=n, popen=space.popen,
@@ -105,9 +105,10 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
 
         inv = {wf: str(tmp_path / f"{wf}.inv.jsonl") for wf in (*HOLDS, ALONE)}
         # Every worker holds as many runs as it has slots, so none claims anything while cut
-        # off: A0 (one slot) the run only A serves, A1 (five) the others; B (3 + 3) is idle.
-        group("a", (1, 5))
-        group("b", (3, 3), "netns_hold@1,policy_refund@1")
+        # off: A0 (one slot) the run only it serves, A1 (five) the others; B (3 + 3) is idle.
+        shared = "netns_hold@1,policy_refund@1"
+        group("a", (1, "netns_alone@1"), (5, shared))
+        group("b", (3, shared), (3, shared))
         (a0, a1), (b0, b1) = workers["a"], workers["b"]
         for w in (a0, a1, b0, b1):
             w.wait_event("registered", timeout=60)
@@ -205,8 +206,8 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
         first, second = cl[0], cl[1]
         assert first["owner"] in a_ids and _ts(first["claimed_at"]) < t_part, (wf, cl)
         assert second["prev_status"] == "running", (wf, second)
-        if wf == ALONE:  # nobody else serves it: A claims it again once healed
-            assert [c["owner"] in a_ids for c in cl] == [True, True], (wf, cl)
+        if wf == ALONE:  # nobody else serves it: A0 claims it again once healed
+            assert [c["owner"] for c in cl] == ["A0", "A0"], (wf, cl)
             assert _ts(second["claimed_at"]) > t_heal, (wf, cl)
         else:  # B took it over, and any later claim (after a suspend) is B's too
             assert [c["owner"] in b_ids for c in cl] == [False] + [True] * (len(cl) - 1), cl

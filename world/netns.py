@@ -166,7 +166,9 @@ class Namespace:
 
     def destroy(self) -> None:
         ip("netns", "del", self.name, check=False)  # takes both ends of the veth with it
-        ip("link", "del", self.link, check=False)  # in case the namespace was half made
+        # ... unless the namespace lives on unnamed (sockets a killed process left there keep
+        # it until they time out) or was half made: the root side goes explicitly
+        ip("link", "del", self.link, check=False)
 
     # -- processes ----------------------------------------------------------------------------
 
