@@ -80,20 +80,13 @@ def _worker(rest: list[str]) -> int:
     from .worker import parse_args
 
     if not {"-h", "--help"} & set(rest):
-        args = parse_args(rest)  # argparse's own errors exit 2 here
-        validate.count(args.concurrency, "--concurrency", high=MAX_CONCURRENCY)
-        validate.number(args.lease_ttl, "--lease-ttl", low=0.5, high=86_400, unit="seconds")
-        validate.number(args.poll, "--poll", low=0.01, high=3600, unit="seconds")
-        for module in args.module:
-            validate.name(module, "--module")
-        validate.optional_name(args.worker_id, "--id")
+        try:
+            args = parse_args(rest)  # numbers, modules and the id are checked there
+        except SystemExit as exc:  # its one-line error is printed; the status is 2
+            return int(exc.code or 0)
         validate.optional_name(args.only, "--only", max_chars=validate.MAX_TEXT_CHARS)
         _check_dsn(args.dsn)
     return worker_main(rest)
-
-
-MAX_CONCURRENCY = 256
-"""`interlock worker --concurrency`: 1 to this many workflows at once."""
 
 
 def _check_dsn(dsn: str | None) -> None:

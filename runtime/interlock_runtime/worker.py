@@ -25,7 +25,8 @@ from typing import Any
 
 import psycopg
 
-from . import db, durability, killpoints, local_postgres, migrations
+from . import db, durability, killpoints, local_postgres, migrations, validate
+from .cli_parsing import Parser, checked
 from .context import ENDS_GRANTS, Run, WorkflowContext, port_of
 from .errors import (
     Cancelled,
@@ -363,17 +364,32 @@ class Worker:
 # -- CLI ----------------------------------------------------------------------------------------
 
 
+MAX_CONCURRENCY = 256  # runs at once in one worker process
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="interlock worker", description="Run an Interlock worker.")
+    """The worker's options, each checked (finite, in range) so that `python -m
+    interlock_runtime.worker` refuses nonsense with one line and exit status 2, as `interlock
+    worker` does."""
+    p = Parser(prog="interlock worker", description="Run an Interlock worker.")
     p.add_argument(
         "--dsn", default=None, help="Postgres DSN (default: ILR_DSN or the local cluster)"
     )
     p.add_argument("--module", action="append", required=True,
+                   type=checked(lambda t: validate.name(t, "--module")),
                    help="module defining @workflow functions (repeatable)")  # fmt: skip
-    p.add_argument("--id", dest="worker_id", default=None, help="worker id (default host-pid)")
-    p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--lease-ttl", type=float, default=30.0)
-    p.add_argument("--poll", type=float, default=1.0)
+    p.add_argument("--id", dest="worker_id", default=None,
+                   type=checked(lambda t: validate.name(t, "--id")),
+                   help="worker id (default: host-pid)")  # fmt: skip
+    p.add_argument("--concurrency", default=4, help="runs at once",
+                   type=checked(lambda t: validate.count(t, "--concurrency", high=MAX_CONCURRENCY,
+                                                         from_text=True)))  # fmt: skip
+    p.add_argument("--lease-ttl", default=30.0, help="seconds a claim lives without a heartbeat",
+                   type=checked(lambda t: validate.number(t, "--lease-ttl", low=0.5, high=86_400,
+                                                          unit="seconds", from_text=True)))  # fmt: skip
+    p.add_argument("--poll", default=1.0, help="seconds between polls when no NOTIFY wakes it",
+                   type=checked(lambda t: validate.number(t, "--poll", low=0.01, high=3600,
+                                                          unit="seconds", from_text=True)))  # fmt: skip
     p.add_argument("--only", default=None, help="serve only these name@version pairs (comma list)")
     p.add_argument("--allow-code-change", action="store_true",
                    help="accept a changed code hash for a deployed (name, version)")  # fmt: skip

@@ -217,3 +217,19 @@ def test_verbs_with_parsers_of_their_own_are_checked_too(dsn, conn, capsys) -> N
     conn.execute("drop schema ilr cascade")  # a database without the schema: one line too
     status, _, err = _in_process(capsys, "watchdog", "--dsn", dsn)
     assert status == 2 and "has no Interlock schema" in err and "db upgrade" in err, err
+
+
+def test_the_worker_module_itself_refuses_nonsense_with_one_line() -> None:
+    """`python -m interlock_runtime.worker`, not only `interlock worker`, checks its numbers."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    for bad in (["--lease-ttl", "-1"], ["--concurrency", "0"], ["--poll", "nan"],
+                ["--lease-ttl", "1e308"], ["--module", "bad\x01name"]):  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "interlock_runtime.worker", "--module", "flows", *bad],
+            capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent,
+        )  # fmt: skip
+        assert proc.returncode == 2, (bad, proc.stderr)
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
