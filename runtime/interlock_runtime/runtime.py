@@ -321,26 +321,9 @@ class Runtime:
         and the facts the approver saw, plus the `approve` signal {grant_id, payload,
         facts_seen} that wakes the workflow. `action` None: the grant covers this payload
         whatever the effect's action; name one to narrow it."""
-        check_id(wf_id)
-        if not by:
-            raise InvalidInput("approve(by=...) is required: who approves")
-        by = validate.name(by, "by")
-        if action is not None and (not isinstance(action, str) or not action):
-            raise InvalidInput("approve(action=...) must be a non-empty string or None")
-        action = validate.optional_name(action, "action")
-        principal = validate.optional_name(principal, "principal")
-        expires = _expires_in(expires_in)
-        body = json.loads(_input_text({"payload": payload, "facts_seen": facts_seen}, "approval"))
-        gid = f"grant_{uuid.uuid4().hex[:16]}"
-        with self._transaction():
-            _lock_live(self._conn, wf_id, "approved")
-            self._conn.execute(db.query("insert_grant"), {
-                "id": gid, "principal": principal or f"workflow:{wf_id}", "action": action,
-                "constraints": None, "payload_hash": journal.payload_hash(body["payload"]),
-                "facts_seen": db.jsonb(body["facts_seen"]), "by": by,
-                "expires_in": expires})  # fmt: skip
-            signal_in(self._conn, wf_id, "approve", {"grant_id": gid, **body}, sender=by)
-        return gid
+        with self._transaction() as conn:
+            return approve_in(conn, wf_id, payload, facts_seen, by=by, expires_in=expires_in,
+                              action=action, principal=principal)  # fmt: skip
 
     def revoke(self, grant_id: str, by: str | None = None) -> builtins.list[str]:
         """Revoke a grant. Returns exactly the effects that may still land: those dispatched
@@ -453,6 +436,37 @@ def _lock_live(conn: db.Conn, wf_id: str, what: str) -> db.Row:
     if row["status"] in TERMINAL:
         raise WorkflowFinished(f"workflow {wf_id!r} is {row['status']}; nothing was {what}")
     return row
+
+
+def approve_in(conn: db.Conn, wf_id: str, payload: Any, facts_seen: Any = None, *, by: str,
+               expires_in: float | None = None, action: str | None = None,
+               principal: str | None = None, once: bool = False) -> str:  # fmt: skip
+    """The body of rt.approve inside the caller's transaction (the console adds its audit row
+    to the same one). once: refuse (WorkflowConflict) when an approval of this workflow is
+    already waiting to be picked up, instead of a second grant."""
+    check_id(wf_id)
+    if not by:
+        raise InvalidInput("approve(by=...) is required: who approves")
+    by = validate.name(by, "by")
+    if action is not None and (not isinstance(action, str) or not action):
+        raise InvalidInput("approve(action=...) must be a non-empty string or None")
+    action = validate.optional_name(action, "action")
+    principal = validate.optional_name(principal, "principal")
+    expires = _expires_in(expires_in)
+    body = json.loads(_input_text({"payload": payload, "facts_seen": facts_seen}, "approval"))
+    gid = f"grant_{uuid.uuid4().hex[:16]}"
+    _lock_live(conn, wf_id, "approved")
+    if once:
+        first = conn.execute(db.query("console_pending_approval"), {"wf": wf_id}).fetchone()
+        if first is not None:
+            raise WorkflowConflict(f"workflow {wf_id!r} was already approved by "
+                                   f"{first['sender']}; nothing was approved")  # fmt: skip
+    conn.execute(db.query("insert_grant"), {
+        "id": gid, "principal": principal or f"workflow:{wf_id}", "action": action,
+        "constraints": None, "payload_hash": journal.payload_hash(body["payload"]),
+        "facts_seen": db.jsonb(body["facts_seen"]), "by": by, "expires_in": expires})  # fmt: skip
+    signal_in(conn, wf_id, "approve", {"grant_id": gid, **body}, sender=by)
+    return gid
 
 
 def signal_in(conn: db.Conn, wf_id: str, name: str, payload: Any,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,8 +17,8 @@ import psycopg
 
 from .. import approve_cli, db, journal, receipts
 from ..context import APPROVAL_SIGNAL
-from ..errors import InvalidInput, WorkflowConflict, WorkflowFinished, WorkflowNotFound
-from ..runtime import Runtime, cancel_in, check_id, revoke_in, signal_in
+from ..errors import InvalidInput, WorkflowConflict, WorkflowNotFound
+from ..runtime import Runtime, approve_in, cancel_in, check_id, revoke_in
 from ..vocabulary import LIVE_STATUSES, WorkflowStatus
 from . import auth
 
@@ -116,30 +115,12 @@ class Store:
 
     def approve(self, wf_id: str, payload: Any, facts: Any, who: str) -> str:
         """rt.approve's transaction (a grant bound to this payload and these facts, principal
-        workflow:<id>, and the approve signal) plus the audit row. Returns the grant id."""
-        check_id(wf_id)
-        body = db.json_value({"payload": payload, "facts_seen": facts}, "approval")
-        gid = f"grant_{uuid.uuid4().hex[:16]}"
+        workflow:<id>, and the approve signal) plus the audit row, refused while an earlier
+        approval waits to be picked up (another tab, another operator). Returns the grant id."""
         with self._using() as conn, conn.transaction():
-            row = conn.execute(db.query("lock_workflow"), {"id": wf_id}).fetchone()
-            if row is None:
-                raise WorkflowNotFound(f"no workflow with id {wf_id!r}; nothing was approved")
-            if row["status"] not in LIVE:
-                raise WorkflowFinished(f"workflow {wf_id!r} is {row['status']}; nothing was "
-                                       "approved")  # fmt: skip
-            # Under the workflow's lock: a second Approve (another tab, another operator) of an
-            # approval not yet picked up is refused, not a second grant.
-            first = conn.execute(db.query("console_pending_approval"), {"wf": wf_id}).fetchone()
-            if first is not None:
-                raise WorkflowConflict(f"workflow {wf_id!r} was already approved by "
-                                       f"{first['sender']}; nothing was approved")  # fmt: skip
-            ph = journal.payload_hash(body["payload"])
-            conn.execute(db.query("insert_grant"), {
-                "id": gid, "principal": f"workflow:{wf_id}", "action": None, "constraints": None,
-                "payload_hash": ph, "facts_seen": db.jsonb(body["facts_seen"]), "by": who,
-                "expires_in": None})  # fmt: skip
-            signal_in(conn, wf_id, APPROVAL_SIGNAL, {"grant_id": gid, **body}, sender=who)
-            auth.audit(conn, "approve", who, wf_id, {"grant_id": gid, "payload_hash": ph})
+            gid = approve_in(conn, wf_id, payload, facts, by=who, once=True)
+            auth.audit(conn, "approve", who, wf_id,
+                       {"grant_id": gid, "payload_hash": journal.payload_hash(payload)})  # fmt: skip
         return gid
 
     def reject(self, wf_id: str, who: str) -> None:
