@@ -86,3 +86,22 @@ def test_start_by_name_uses_the_newest_version(dsn) -> None:
 def test_workflow_decorator_rejects_bad_names() -> None:
     with pytest.raises(ValueError, match="letters, digits"):
         workflow(name="has space")(lambda ctx, inp: None)
+
+
+def test_an_approval_once_refuses_a_second_while_the_first_waits(dsn) -> None:
+    """approve_in(once=True), the console's approval: a second approval of a workflow whose
+    first has not been picked up is refused and writes nothing; rt.approve keeps allowing it."""
+    from interlock_runtime import db
+    from interlock_runtime.runtime import approve_in
+
+    with Runtime(dsn) as rt:
+        rt.start(echo, "appr-1", {"n": 1})
+        with db.connect(dsn) as conn:
+            with conn.transaction():
+                approve_in(conn, "appr-1", {"amount": 1}, by="ann", once=True)
+            with pytest.raises(WorkflowConflict, match="already approved by ann"):
+                with conn.transaction():
+                    approve_in(conn, "appr-1", {"amount": 1}, by="bob", once=True)
+            grants = conn.execute("select count(*) as n from ilr.grants").fetchone()["n"]
+        assert grants == 1
+        rt.approve("appr-1", {"amount": 1}, by="carol")  # the API's own approve: a second grant
