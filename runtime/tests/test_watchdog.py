@@ -56,4 +56,4 @@ def test_each_overdue_kind_is_reported(dsn, conn) -> None:
 def test_a_negative_threshold_is_a_clear_error(dsn) -> None:
     proc = subprocess.run([sys.executable, "-m", "interlock_runtime.cli", "watchdog", "--dsn", dsn,
                            "--threshold", "-1"], capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert proc.returncode == 2 and "--threshold must be >= 0" in proc.stderr
+    assert proc.returncode == 2 and "--threshold must be at least 0" in proc.stderr
