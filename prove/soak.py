@@ -727,7 +727,13 @@ def render(r: dict) -> str:
               "returns only once the standby has it. A failover crashes the primary, promotes "
               "the standby and rewinds the old primary back as the standby; writes wait for a "
               "synchronous standby, so the window until a write commits includes the rewind. "
-              "Times are seconds from the crash (this process's monotonic clock).", "",
+              "Times are seconds from the crash (this process's monotonic clock)."
+              + (f" Node b's clock runs {cfg['standby_clock_offset']:g} s ahead of this "
+                 "machine's (libfaketime): while b is the primary, the database's now() is "
+                 "b's. The targets and the workers keep this machine's clock, so a check that "
+                 "compares a target's arrival time with a claim's database time (the sender "
+                 "check of SendRequiresLiveClaim) sees the offset too."
+                 if cfg.get("standby_clock_offset") else ""), "",
               "| at s | kind | crash | promoted after s | writable after s | in sync after s |",
               "|---:|---|---|---:|---:|---:|"]  # fmt: skip
         for f in r.get("faults", []):
@@ -786,6 +792,8 @@ def render(r: dict) -> str:
         L.append(f"- {name}: {msg}")
     extra = (f" --failover --failovers {cfg['failovers']} --crash-restarts "
              f"{cfg['crash_restarts']}" if fo else "")  # fmt: skip
+    if fo and cfg.get("standby_clock_offset"):
+        extra += f" --standby-clock-offset {cfg['standby_clock_offset']:g}"
     L += ["", f"Reproduce: `python -m prove.soak --workflows {cfg['workflows']} --minutes "
           f"{cfg['minutes']:g} --workers {cfg['workers']} --seed {cfg['seed']}{extra}`.", ""]  # fmt: skip
     return "\n".join(L)
