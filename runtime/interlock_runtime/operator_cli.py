@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import TextIO
 
 from . import db, local_postgres, migrations
+from .cli_parsing import HelpFormatter
 from .console import auth
 from .errors import DatabaseUnreachable, InterlockError, InvalidInput
 
@@ -62,7 +63,7 @@ def read_password(stdin: TextIO, prompt: bool) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="interlock operator", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                                formatter_class=HelpFormatter)  # fmt: skip
     sub = p.add_subparsers(dest="action", required=True, metavar="{add,list,disable}")
 
     def verb(name: str, help: str) -> argparse.ArgumentParser:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import receipt_keys
+from .cli_parsing import HelpFormatter
 from .receipt_analysis import ts_text
 from .receipt_bundle import loads
 from .receipt_verify import ESTABLISHED, NOT_ESTABLISHED, NOT_SIGNED, verify
@@ -208,6 +209,7 @@ def exit_status(result: Mapping[str, Any]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="interlock verify",
         description="Verify a receipt bundle: re-derive its claims from the hash-chained "
         "journal and check its signature under a public key (or, for a receipt made before "
@@ -306,6 +308,7 @@ def load_signing_key(path: str) -> Any:
 
 def build_keygen_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="interlock keygen",
         description="Make an Ed25519 key pair for signing receipts: NAME.key (the private key, "
         "mode 0600: keep it with whoever exports receipts, never in the database) and NAME.pub "

@@ -19,6 +19,7 @@ import sys
 import time
 
 from . import db, local_postgres
+from .cli_parsing import HelpFormatter
 
 
 def report(conn: db.Conn, threshold: float) -> dict[str, list[db.Row]]:
@@ -34,7 +35,7 @@ def report(conn: db.Conn, threshold: float) -> dict[str, list[db.Row]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="interlock watchdog", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                                formatter_class=HelpFormatter)  # fmt: skip
     p.add_argument("--dsn", default=None, help="default: ILR_DSN or the project's own cluster")
     p.add_argument("--threshold", type=float, default=60.0, help="seconds overdue before reporting")
     p.add_argument("--json", action="store_true")

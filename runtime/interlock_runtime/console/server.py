@@ -20,6 +20,7 @@ import socket
 import sys
 
 from .. import local_postgres, receipts
+from ..cli_parsing import HelpFormatter
 from .auth import DEFAULT_SESSION_TTL
 
 
@@ -34,7 +35,7 @@ def loopback(host: str) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="interlock console", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                                formatter_class=HelpFormatter)  # fmt: skip
     p.add_argument(
         "--dsn", default=None, help="Postgres DSN (default: ILR_DSN or the local cluster)"
     )
