@@ -24,19 +24,12 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
+# the realistic journals of test_receipts (runtime/tests is on the path, as for flows)
+from test_receipts import KEY as HMAC_KEY
+from test_receipts import RESULT, SCENARIOS, happy_path, late
+
 from interlock_runtime import receipts
 from interlock_runtime.receipts import KeyRing, bundle, verify
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_receipts import (  # noqa: E402  (the realistic journals of test_receipts)
-    KEY as HMAC_KEY,
-)
-from test_receipts import (  # noqa: E402
-    RESULT,
-    SCENARIOS,
-    happy_path,
-    late,
-)
 
 REPO = Path(__file__).resolve().parents[2]
 UNSIGNED = "unsigned: integrity not established"
