@@ -278,6 +278,11 @@ class PgPair:
         else:
             raise ValueError(f"crash how={how!r}: 'immediate' or 'kill'")
 
+    def promote(self) -> None:
+        """Promote the standby (the primary is down): the roles swap."""
+        self._run("pg_ctl", "promote", "-D", str(self.standby.data), "-w", "-t", "60")
+        self.primary, self.standby = self.standby, self.primary
+
     def failover(self, how: str = "immediate", rejoin: bool = True) -> dict:
         """Crash the primary, promote the standby, rejoin the old primary as the standby.
         Returns the measured windows: crash to promoted, crash to the first committed write
@@ -285,9 +290,8 @@ class PgPair:
         old, new = self.primary, self.standby
         t0 = time.monotonic()
         self.crash(old, how)
-        self._run("pg_ctl", "promote", "-D", str(new.data), "-w", "-t", "60")
+        self.promote()
         promoted = time.monotonic() - t0
-        self.primary, self.standby = new, old
         event = {"how": how, "from": old.name, "to": new.name, "promoted_s": round(promoted, 3)}
         if rejoin:
             self.rejoin(old)

@@ -91,9 +91,7 @@ def test_a_commit_waits_for_the_standby(pair) -> None:
         os.kill(receiver, signal.SIGCONT)
     writer.join(30)
     assert outcome and isinstance(outcome[0], psycopg.Error), outcome
-    old = pair.primary
-    pair._run("pg_ctl", "promote", "-D", str(pair.standby.data), "-w")
-    pair.primary, pair.standby = pair.standby, old
+    pair.promote()
     with psycopg.connect(pair.primary.conninfo("ilr")) as conn:
         assert conn.execute("select count(*) from acked").fetchone()[0] in (0, 1)
 
