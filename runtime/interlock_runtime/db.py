@@ -50,19 +50,38 @@ def _sql_text(name: str) -> str:
     return resources.files(__package__).joinpath("sql").joinpath(name).read_text()
 
 
+def _query_files() -> list[tuple[str, str]]:
+    # the core queries, then one file per feature in sql/queries/ (schedules, queues, ...)
+    files = [("queries.sql", _sql_text("queries.sql"))]
+    folder = resources.files(__package__).joinpath("sql").joinpath("queries")
+    if folder.is_dir():
+        for item in sorted(folder.iterdir(), key=lambda t: t.name):
+            if item.name.endswith(".sql"):
+                files.append((f"queries/{item.name}", item.read_text()))
+    return files
+
+
 @cache
 def _queries() -> dict[str, str]:
-    text = _sql_text("queries.sql")
-    parts = re.split(r"^-- name: (\w+)\s*$", text, flags=re.M)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    found: dict[str, str] = {}
+    where: dict[str, str] = {}
+    for file, text in _query_files():
+        parts = re.split(r"^-- name: (\w+)\s*$", text, flags=re.M)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in found:
+                raise ValueError(
+                    f"query {name!r} is named twice: in sql/{where[name]} and sql/{file}"
+                )
+            found[name], where[name] = body.strip(), file
+    return found
 
 
 def query(name: str) -> str:
-    """The SQL of a named query in sql/queries.sql."""
+    """The SQL of a named query in sql/queries.sql or sql/queries/*.sql."""
     try:
         return _queries()[name]
     except KeyError:
-        raise KeyError(f"no query named {name!r} in sql/queries.sql") from None
+        raise KeyError(f"no query named {name!r} in sql/queries.sql or sql/queries/") from None
 
 
 def connect(dsn: str, **kwargs: Any) -> Conn:
