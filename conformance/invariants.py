@@ -65,6 +65,12 @@ class Evidence:
     # Workflows whose effects the application declared compensations (ctx.effect(...,
     # compensation=True)): the only sends NoSendAfterCancel allows after a cancel.
     compensations: set[str] = field(default_factory=set)
+    # The database's timestamps come from the clock of whichever server was primary; the
+    # world's (target, workers, revoke calls) from this machine's. When they differ (a failover
+    # to a server whose clock is off), db_clock lists (since, offset): from this machine's time
+    # `since` on, the primary's clock ran `offset` s ahead. The world's times are then read on
+    # that clock, so every check compares like with like. None: one clock (the usual case).
+    db_clock: list[tuple[float, float]] | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -72,6 +78,12 @@ class Evidence:
             self.ledger_before = self.ledger
         if self.access_log_before is None:
             self.access_log_before = self.access_log
+        if self.db_clock:
+            shift = _clock_shift(self.db_clock)
+            for name, fields in _WORLD_TIMES.items():
+                rows = getattr(self, name)
+                if rows is not None:
+                    setattr(self, name, [_shifted(r, fields, shift) for r in rows])
 
     def rows(self, sql: str) -> list[dict]:
         if sql not in self._cache:
@@ -140,6 +152,37 @@ def target_config(url: str, queryable: bool | None = None, dedup_window: float |
     window = math.inf if dedup_window is None else float(dedup_window)
     margin = DEFAULT_DEDUP_MARGIN if dedup_margin is None else float(dedup_margin)
     return {"tier": int(cfg["tier"]), "lookup": lookup, "key_age": window - margin}
+
+
+# The world's timestamps, by evidence field: what db_clock shifts.
+_WORLD_TIMES = {
+    "ledger": ("created",),
+    "ledger_before": ("created",),
+    "access_log": ("arrival", "end"),
+    "access_log_before": ("arrival", "end"),
+    "events": ("ts",),
+    "revokes": ("called_at", "returned_at"),
+}
+
+
+def _clock_shift(spans: list[tuple[float, float]]) -> Callable[[float], float]:
+    """This machine's time -> the then-primary's clock. Before the first span: its offset."""
+    spans = sorted(spans)
+
+    def shift(t: float) -> float:
+        offset = spans[0][1]
+        for since, off in spans:
+            if t < since:
+                break
+            offset = off
+        return t + offset
+
+    return shift
+
+
+def _shifted(row: dict, fields: tuple[str, ...], shift: Callable[[float], float]) -> dict:
+    return {k: shift(v) if k in fields and isinstance(v, (int, float)) else v
+            for k, v in row.items()}  # fmt: skip
 
 
 def _ts(value: datetime) -> float:
@@ -929,7 +972,8 @@ INVARIANTS: dict[str, Check] = {
 def snapshot(conn: psycopg.Connection, read_world: Callable[[], tuple[list, list]] | None = None,
              events: list[dict] | None = None, revokes: list[dict] | None = None,
              targets: dict[str, dict] | None = None,
-             compensations: set[str] | None = None) -> Iterator[Evidence]:  # fmt: skip
+             compensations: set[str] | None = None,
+             db_clock: list[tuple[float, float]] | None = None) -> Iterator[Evidence]:  # fmt: skip
     """Evidence of a live run: the world (ledger, access log) read just before and just after a
     repeatable-read database snapshot, so that no check compares a newer record with an older
     world or the reverse."""
@@ -942,7 +986,8 @@ def snapshot(conn: psycopg.Connection, read_world: Callable[[], tuple[list, list
             yield Evidence(conn, ledger=ledger1, access_log=log1, events=events,
                            ledger_before=ledger0, access_log_before=log0,
                            revokes=None if revokes is None else list(revokes),
-                           targets=targets, compensations=set(compensations or ()))  # fmt: skip
+                           targets=targets, compensations=set(compensations or ()),
+                           db_clock=db_clock)  # fmt: skip
     finally:
         conn.isolation_level = None
 

@@ -591,3 +591,25 @@ def test_a_resend_after_a_read_that_saw_the_change_is_caught_by_recovery_recheck
     ledger = [_hand(4.0)]
     assert run(conn, "RecoveryRechecks", ledger=ledger, access_log=log)
     assert run(conn, "RecoveryRechecks", ledger=[], access_log=log) == []
+
+
+def test_world_times_are_read_on_the_primary_clock(conn) -> None:
+    # A failover at t=5 to a server whose clock runs 0.5 s ahead of this machine's: the claim
+    # of epoch 2 says 10.0 on that clock, which is 9.5 on the target's. A request that reached
+    # the target at 9.7 came 0.2 s after the claim, and one at 9.3 came 0.2 s before it.
+    seed(conn)
+    grant(conn)
+    effect(conn)
+    claim(conn, "wf", 1, 0, owner="w1")
+    claim(conn, "wf", 2, 10, prev="running", prev_lease=9, owner="w2")
+    chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, dispatched(epoch=2),
+                          {"kind": "COMMITTED", "result": {}}])  # fmt: skip
+    clock = [(at(-1).timestamp(), 0.0), (at(5).timestamp(), 0.5)]
+    after = [{**post(9.7, 9.8), "worker": "w2", "epoch": "2"}]
+    before = [{**post(9.3, 9.4), "worker": "w2", "epoch": "2"}]
+    assert run(conn, "SendRequiresLiveClaim", access_log=after)  # one clock: a false finding
+    assert run(conn, "SendRequiresLiveClaim", access_log=after, db_clock=clock) == []
+    assert run(conn, "SendRequiresLiveClaim", access_log=before, db_clock=clock)
+    # before the failover the first node's clock (offset 0) applies: nothing moves
+    ev = Evidence(conn, access_log=[{**post(2.1, 2.2)}], db_clock=clock)
+    assert ev.access_log[0]["arrival"] == at(2.1).timestamp()

@@ -407,6 +407,7 @@ class Soak:
                 events,
                 self.revokes,
                 {t.admin.url: target_config(t.admin.url) for t in self.targets.values()},
+                db_clock=self.pair.db_clock() if getattr(self, "pair", None) else None,
             ) as ev,
         ):
             results = check_all(ev)
@@ -633,6 +634,8 @@ class Soak:
             "versions": {d: version(d) for d in ("interlock-runtime", "psycopg")}
             | {"postgres": self.query("show server_version")[0]["server_version"]},
             "faults": self.faults,
+            "clock_offsets": self.pair.measured_offset if self.pair else {},
+            "primacy": [[round(t, 3), n] for t, n in self.pair.primacy] if self.pair else [],
             "emulated": [EMULATED], "wall_s": round(wall, 1), "chaos_s": round(chaos_s, 1),
             "counts": counts, "verdict": "PASS" if not failed else "FAIL", "failed": failed,
             "statuses": dict(statuses), "outcomes": dict(sorted(outcomes.items())),
@@ -730,9 +733,12 @@ def render(r: dict) -> str:
               "Times are seconds from the crash (this process's monotonic clock)."
               + (f" Node b's clock runs {cfg['standby_clock_offset']:g} s ahead of this "
                  "machine's (libfaketime): while b is the primary, the database's now() is "
-                 "b's. The targets and the workers keep this machine's clock, so a check that "
-                 "compares a target's arrival time with a claim's database time (the sender "
-                 "check of SendRequiresLiveClaim) sees the offset too."
+                 "b's. The targets and the workers keep this machine's clock. The harness "
+                 "measures each node's clock against this machine's (clock_timestamp() between "
+                 "two time.time() readings) and logs when each node became the primary; the "
+                 "checks read the world's times (target arrivals, ledger rows, worker events, "
+                 "revoke calls) on the clock of the node that was primary at that moment "
+                 f"(Evidence.db_clock). Measured offsets: {r.get('clock_offsets', {})}."
                  if cfg.get("standby_clock_offset") else ""), "",
               "| at s | kind | crash | promoted after s | writable after s | in sync after s |",
               "|---:|---|---|---:|---:|---:|"]  # fmt: skip

@@ -99,6 +99,11 @@ class PgPair:
     primary: Node = field(init=False)
     standby: Node = field(init=False)
     failovers: list[dict] = field(default_factory=list)
+    # (this machine's time.time(), node name) at start and after each promotion: which node's
+    # clock stamped the database's timestamps from then on (see db_clock()).
+    primacy: list[tuple[float, str]] = field(default_factory=list)
+    # Each node's clock minus this machine's, in seconds, as measured by measure_clocks().
+    measured_offset: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._user = local_postgres.server_user() if os.geteuid() == 0 else None
@@ -200,7 +205,41 @@ class PgPair:
                   "-D", str(b.data), "-R", "-X", "stream", "-c", "fast")  # fmt: skip
         self._start(b)
         self.wait_sync()
+        self.primacy.append((time.time(), a.name))
+        self.measure_clocks()
         return self
+
+    def measure_clocks(self, samples: int = 5) -> dict[str, float]:
+        """Each running node's clock minus this machine's: clock_timestamp() read between two
+        time.time() readings, the closest bracket of `samples` kept (its error is half the
+        bracket, well under a millisecond on loopback)."""
+        for node in (self.primary, self.standby):
+            best: tuple[float, float] | None = None
+            try:
+                with psycopg.connect(node.conninfo(), autocommit=True, connect_timeout=5) as conn:
+                    for _ in range(samples):
+                        before = time.time()
+                        row = conn.execute(
+                            "select extract(epoch from clock_timestamp())"
+                        ).fetchone()
+                        after = time.time()
+                        assert row is not None
+                        if best is None or after - before < best[0]:
+                            best = (after - before, float(row[0]) - (before + after) / 2)
+            except psycopg.Error:
+                continue  # a node that is down keeps its last measurement
+            if best is not None:
+                # within the bracket's error a node is on this machine's clock: say 0 exactly
+                self.measured_offset[node.name] = (
+                    0.0 if abs(best[1]) <= best[0] + 0.001 else round(best[1], 4)
+                )
+        return dict(self.measured_offset)
+
+    def db_clock(self) -> list[tuple[float, float]]:
+        """(since, offset): from this machine's time `since` on, the database's timestamps were
+        written by a clock running `offset` seconds ahead of this machine's. The checks read the
+        world's times on that clock (conformance.invariants.Evidence.db_clock)."""
+        return [(t, self.measured_offset.get(name, 0.0)) for t, name in self.primacy]
 
     def close(self) -> None:
         for node in (self.primary, self.standby):
@@ -282,6 +321,7 @@ class PgPair:
         """Promote the standby (the primary is down): the roles swap."""
         self._run("pg_ctl", "promote", "-D", str(self.standby.data), "-w", "-t", "60")
         self.primary, self.standby = self.standby, self.primary
+        self.primacy.append((time.time(), self.primary.name))
 
     def failover(self, how: str = "immediate", rejoin: bool = True) -> dict:
         """Crash the primary, promote the standby, rejoin the old primary as the standby.

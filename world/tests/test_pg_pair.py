@@ -107,6 +107,12 @@ def test_a_node_whose_clock_runs_ahead_judges_by_its_own_clock_after_a_failover(
 
     with PgPair(clock_offset={"b": 3.0}) as p:
         assert abs(ahead(p)) < 0.5
+        # measured at start, both nodes up: a on this machine's clock, b 3 s ahead
+        assert p.measured_offset["a"] == 0.0 and 2.9 < p.measured_offset["b"] < 3.1
+        before = time.time()
         p.failover("immediate")
         assert p.primary.name == "b"
         assert 2.5 < ahead(p) < 3.5
+        # the clock map the checks use: a's offset until the promotion, b's from then on
+        (t0, off0), (t1, off1) = p.db_clock()
+        assert off0 == 0.0 and off1 == p.measured_offset["b"] and t0 < before < t1
