@@ -6,6 +6,7 @@
     interlock result ID [--timeout SECONDS] [--json]
     interlock list [--status S --name N --version V] [--json]
     interlock describe ID [--json]
+    interlock query ID [--json]                     (the status it published, read without waking it)
     interlock signal ID NAME [--payload JSON] [--sender WHO]
     interlock cancel ID [--by WHO]
     interlock fork ID NEW_ID --at-seq N              (reuse steps below N, run the rest)
@@ -169,6 +170,13 @@ def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _query(args: argparse.Namespace) -> int:
+    from .query_cli import show
+
+    with _runtime(args) as rt:
+        return show(rt.status_record(args.id), args.json)
+
+
 def _signal(args: argparse.Namespace) -> int:
     payload = validate.parse_json(args.payload, "--payload")
     if args.name == "approve" and not (isinstance(payload, dict) and "grant_id" in payload):
@@ -194,7 +202,7 @@ def _start(args: argparse.Namespace) -> int:
 def _result(args: argparse.Namespace) -> int:
     with _runtime(args) as rt:
         try:
-            value = rt.result(args.id, timeout=args.timeout)
+            value = rt.result(args.id, timeout=args.timeout, raw=True)  # typed: as recorded
         except TimeoutError as exc:
             print(f"interlock result: {exc}", file=sys.stderr)
             return 3
@@ -418,6 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     verb("describe", _describe, "one workflow: row, steps, claim history").add_argument(
         "id", help="the workflow id"
     )
+    verb("query", _query, "the status a workflow published (ctx.set_status), read without "
+         "waking it").add_argument("id", help="the workflow id")  # fmt: skip
     p = verb("start", _start, "start a workflow by name (idempotent on the id)", json_flag=False)
     p.add_argument("name", help="the workflow name a worker serves")
     p.add_argument("id", help="the new workflow's id (a second start with it is idempotent)")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from . import db, killpoints
+from . import codec, db, killpoints, validate
 from .effects import run_effect
 from .errors import (
     Cancelled,
@@ -31,6 +31,7 @@ from .errors import (
     InvalidInput,
     NonDeterminism,
     PostconditionFailed,
+    RecordedTypeError,
     Release,
     StepFailed,
     Suspend,
@@ -133,6 +134,9 @@ def successor_id(wf_id: str) -> str:
     return f"{m.group(1)}#{int(m.group(2)) + 1}" if m else f"{wf_id}#1"
 
 
+_UNREAD = object()  # ctx.input not decoded yet
+
+
 def _iso(ts: datetime) -> str:
     return ts.isoformat()
 
@@ -163,6 +167,7 @@ class WorkflowContext:
         self._pending: list[dict[str, Any]] = []
         self.worker_id = worker_id
         self._port = _ContextPort(self)
+        self._input: Any = _UNREAD
 
     # -- identity -------------------------------------------------------------------------
 
@@ -176,7 +181,10 @@ class WorkflowContext:
 
     @property
     def input(self) -> Any:
-        return self._run.input
+        """The workflow's input, typed values rebuilt (codec.py)."""
+        if self._input is _UNREAD:
+            self._input = self._decoded(self._run.input, 0, "input", "input")
+        return self._input
 
     @property
     def cancel_requested(self) -> bool:
@@ -197,6 +205,16 @@ class WorkflowContext:
     def _raise(self, exc: BaseException) -> NoReturn:
         self._unwinding = exc
         raise exc
+
+    def _decoded(self, value: Any, seq: int, kind: str, name: str) -> Any:
+        """A recorded value with its types rebuilt. One that cannot be rebuilt (its class gone,
+        changed or not imported by this worker) is history this code cannot replay: the run
+        ends stuck, as for NonDeterminism, with the codec's message saying what to restore."""
+        try:
+            return codec.decode(value)
+        except RecordedTypeError as exc:
+            recorded = {"kind": kind, "name": name, "type": codec.type_of(value)}
+            self._raise(NonDeterminism(seq, recorded, {"unreadable": str(exc)}))
 
     def _next(
         self, kind: str, name: str, fingerprint: str | None = None
@@ -251,7 +269,7 @@ class WorkflowContext:
         if fence["cancel_requested_at"] is not None:
             self._run.cancel_requested_at = fence["cancel_requested_at"]
         for params in flushed:
-            if params["kind"] == "step":
+            if params["kind"] == "step" and params["name"] != STATUS_STEP:
                 killpoints.hit("step_after_record")
 
     def _flush(self) -> None:
@@ -311,11 +329,14 @@ class WorkflowContext:
                 )
         if postcondition is not None and not callable(postcondition):
             raise TypeError(f"step {name!r}: postcondition {postcondition!r} is not callable")
+        if name == STATUS_STEP:
+            raise InvalidInput(f"step name {STATUS_STEP!r} is the runtime's own (ctx.set_status); "
+                               "choose another")  # fmt: skip
         seq, row = self._next("step", name)
         if row is not None:
             if row["error"] is not None:
                 raise StepFailed(name, row["error"])
-            return row["output"]
+            return self._decoded(row["output"], seq, "step", name)
         self._frontier()
 
         def body() -> Any:
@@ -329,7 +350,10 @@ class WorkflowContext:
                 )
             return output
 
-        return self._run_body(seq, "step", name, body, retry)
+        what = f"the result of step {name!r}"
+        output = self._run_body(seq, "step", name, body, retry,
+                                shape=lambda out: codec.encode(out, what))  # fmt: skip
+        return self._decoded(output, seq, "step", name)
 
     def _run_body(self, seq: int, kind: str, name: str, body: Callable[[], Any],
                   retry: RetryPolicy | None, fingerprint: str | None = None,
@@ -475,10 +499,10 @@ class WorkflowContext:
         """The next unconsumed signal `name` (its payload), or None after `timeout` seconds."""
         seq, row = self._next("signal", name)
         if row is not None:
-            return row["output"]
+            return self._decoded(row["output"], seq, "signal", name)
         self._frontier()
         until = None if timeout is None else (lambda now: now + timedelta(seconds=timeout))
-        return self._wait(seq, "signal", name, until, name)
+        return self._decoded(self._wait(seq, "signal", name, until, name), seq, "signal", name)
 
     def wait_approval(self, proposal: Any, timeout: float | None = None) -> dict[str, Any] | None:
         """Wait for a person to approve `proposal` (the payload this workflow will offer its
@@ -498,6 +522,25 @@ class WorkflowContext:
         until = None if timeout is None else (lambda now: now + timedelta(seconds=timeout))
         return _approval(self._wait(seq, "signal", APPROVAL_SIGNAL, until, APPROVAL_SIGNAL,
                                     proposal=proposal))  # fmt: skip
+
+    # -- status, for queries -------------------------------------------------------------------
+
+    def set_status(self, value: Any) -> None:
+        """Publish `value` as this workflow's status: rt.query(id), `interlock query ID` and the
+        console read it from the database, without a worker and without waking the workflow.
+
+        A durable call like a step: it takes the next place in the history (adding one to
+        code that runs already is a change for ctx.patched or a new version) and a replay
+        passes over it. It is committed with the run's next write (the next step's record,
+        the suspend of a wait, the completion), so a reader never sees a status that the
+        committed history does not lead to. A typed value keeps its type (codec.py); a value
+        that cannot be recorded is refused here, before anything is written (NotRecordable)."""
+        text = validate.json_text(codec.encode(value, "the status"), "the status")
+        seq, row = self._next("step", STATUS_STEP)
+        if row is not None:
+            return
+        self._frontier(flush=False)
+        self._record(seq, "step", STATUS_STEP, output=json.loads(text), defer=True)
 
     def _wait(self, seq: int, kind: str, name: str, first_until: Callable[[datetime], datetime] | None,
               signal: str | None, proposal: Any = None) -> Any:  # fmt: skip
@@ -566,7 +609,9 @@ class WorkflowContext:
             return child
         self._frontier()
         cid = child_id or f"{self.workflow_id}/{seq}"
-        text = db.to_json_text(input, f"the input of child {cid}")
+        text = db.to_json_text(
+            codec.encode(input, f"the input of child {cid}"), f"the input of child {cid}"
+        )
         with self._fenced_write():
             version = version or _newest_version(self._conn, name)
             self._conn.execute(db.query("insert_child"),
@@ -589,7 +634,8 @@ class WorkflowContext:
         """End this run as `continued` and start its successor `<id>#<n>` in one transaction."""
         self._next("continue", "continue_as_new")
         self._frontier()
-        text = db.to_json_text(input, "the continue_as_new input")
+        what = "the continue_as_new input"
+        text = db.to_json_text(codec.encode(input, what), what)
         new_id = successor_id(self.workflow_id)
         with self._fenced_write():
             self._conn.execute(db.query("insert_successor"),
@@ -655,6 +701,15 @@ class _ContextPort:
         self._ctx._raise(exc)
 
 
+def workflow_input(ctx: WorkflowContext, fn: Callable[..., Any]) -> Any:
+    """The input the worker hands `fn(ctx, input)`: typed values rebuilt, and a plain document
+    read as the type `fn` declares for its input (a dataclass or a pydantic model), so a
+    workflow started from the CLI with JSON gets its declared type."""
+    value = ctx.input
+    hint = codec.input_hint(fn)
+    return value if hint is None else codec.convert(value, hint, "the workflow input")
+
+
 def port_of(ctx: WorkflowContext) -> RunPort:
     """The run's internal interface (run_port.RunPort), for the worker and orphan recovery;
     ctx.effect hands it to the gate. Not for workflow code."""
@@ -670,6 +725,9 @@ def _newest_version(conn: db.Conn, name: str) -> str:
 
 
 APPROVAL_SIGNAL = "approve"  # the signal rt.approve sends with its grant
+# ctx.set_status records a step of this name; rt.query reads the latest one. ctx.step refuses
+# the name, so no workflow's own step can pass for a status.
+STATUS_STEP = "$status"
 # A workflow ending so ends its own grants (its approvals: principal workflow:<id>), revoked as
 # 'workflow finished' in the transaction that ends it (query end_workflow_grants). A stuck one
 # keeps them: an operator may still resolve its open effects (rt.recover_orphans) under them.

@@ -15,6 +15,17 @@ class InvalidInput(InterlockError, ValueError):
     """A workflow input, signal or payload was refused before anything was written."""
 
 
+class NotRecordable(InvalidInput, TypeError):
+    """A value cannot be recorded (codec.py): a set, a function, a socket, a class another
+    process could not find. Raised at the call, before anything is written; it is a TypeError
+    too, so code that treated unserialisable results as TypeError still does."""
+
+
+class RecordedTypeError(InterlockError, TypeError):
+    """A recorded typed value cannot be rebuilt: its class is gone, changed, not loaded in
+    this process, or not one the codec may build (docs/typed.md). The message says which."""
+
+
 class DatabaseUnreachable(InterlockError, psycopg.OperationalError):
     """Postgres could not be reached (down, wrong host or port, refused login). The message is
     one line naming the address and what to check. It is still a psycopg.OperationalError, so

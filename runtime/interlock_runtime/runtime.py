@@ -19,7 +19,17 @@ from typing import Any
 
 import psycopg
 
-from . import authority, db, durability, journal, local_postgres, migrations, receipts, validate
+from . import (
+    authority,
+    codec,
+    db,
+    durability,
+    journal,
+    local_postgres,
+    migrations,
+    receipts,
+    validate,
+)
 from .errors import (
     CodeChanged,
     InvalidInput,
@@ -117,13 +127,14 @@ class Runtime:
     ) -> str:
         """Start a workflow, idempotent on wf_id. `workflow` is a name or a decorated function.
 
-        The input must be JSON; it is refused before anything is written. A second start with
-        the same id and the same name and input returns the id; a different one raises
-        WorkflowConflict.
+        The input is JSON, or typed values (dataclasses, pydantic models, datetimes, ...)
+        recorded with their type so the workflow gets the same type (docs/typed.md); anything
+        else is refused before anything is written. A second start with the same id and the
+        same name and input returns the id; a different one raises WorkflowConflict.
         """
         check_id(wf_id)
         version = validate.optional_name(version, "version")
-        text = _input_text(input)
+        text = _input_text(codec.encode(input, "workflow input"))
         if isinstance(workflow, str):
             name = validate.name(workflow, "workflow name")
         else:
@@ -194,11 +205,14 @@ class Runtime:
                   "limit": validate.count(limit, "limit", high=MAX_LIST_LIMIT)}  # fmt: skip
         return self._execute(db.query("list_workflows"), params).fetchall()
 
-    def result(self, wf_id: str, timeout: float | None = None, poll: float = 0.1) -> Any:
+    def result(self, wf_id: str, timeout: float | None = None, poll: float = 0.1, *,
+               raw: bool = False) -> Any:  # fmt: skip
         """Wait until the workflow ends; return its result or raise WorkflowFailed.
 
         A run that continued as new is followed to its successor, as Temporal does. `timeout`
-        (seconds, finite, >= 0) None waits for ever; `poll` is 0.001-60 seconds."""
+        (seconds, finite, >= 0) None waits for ever; `poll` is 0.001-60 seconds. A typed
+        result comes back as its type (its class must be imported in this process, else
+        RecordedTypeError says so); raw=True returns the recorded JSON instead."""
         check_id(wf_id)
         timeout = validate.seconds(timeout, "timeout")
         poll = validate.number(poll, "poll", low=0.001, high=60, unit="seconds")
@@ -208,7 +222,7 @@ class Runtime:
             if row is None:
                 raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
             if row["status"] == "completed":
-                return row["result"]
+                return row["result"] if raw else codec.decode(row["result"])
             if row["status"] == "continued":
                 wf_id = row["result"]["continued_as"]
                 continue
@@ -226,16 +240,47 @@ class Runtime:
     def signal(self, wf_id: str, name: str, payload: Any = None, sender: str | None = None) -> int:
         """Deliver a durable signal and wake the workflow (one transaction). Returns its id.
 
-        Refused with nothing written when the workflow does not exist or has ended."""
+        A typed payload reaches ctx.wait_signal as its type (docs/typed.md). Refused with
+        nothing written when the workflow does not exist or has ended."""
         check_id(wf_id)
         validate.name(name, "signal name", max_chars=200)
         if name.startswith("$"):
             raise InvalidInput(f"signal name {validate.shown(name)}: names starting with $ are "
                                "the runtime's own; choose another")  # fmt: skip
         sender = validate.optional_name(sender, "sender")
-        body = json.loads(_input_text({} if payload is None else payload, "signal payload"))
+        value = codec.encode({} if payload is None else payload, "signal payload")
+        body = json.loads(_input_text(value, "signal payload"))
         with self._transaction():
             return signal_in(self._conn, wf_id, name, body, sender)
+
+    def query(self, wf_id: str, default: Any = None, *, raw: bool = False) -> Any:
+        """The status the workflow last published with ctx.set_status, or `default` if it set
+        none. Read from the committed history in Postgres: no worker needs to run and the
+        workflow is not woken. A continued run is followed to its successor. A typed status
+        comes back as its type (raw=True: the recorded JSON)."""
+        record = self.status_record(wf_id)
+        if record["seq"] is None:
+            return default
+        return record["value"] if raw else codec.decode(record["value"])
+
+    def status_record(self, wf_id: str, *, follow: bool = True) -> db.Row:
+        """What rt.query reads, with where it comes from: the run that answered (`id`, after
+        following continue-as-new unless follow is false), its workflow status, and the
+        status's `seq`, `epoch`, `set_at` and recorded `value` (seq None: no status set).
+        WorkflowNotFound if no such workflow."""
+        from .context import STATUS_STEP
+
+        check_id(wf_id)
+        while True:
+            row = self._execute(db.query("workflow_status_object"),
+                                {"id": wf_id, "name": STATUS_STEP}).fetchone()  # fmt: skip
+            if row is None:
+                raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
+            if row["status"] != "continued" or not follow:
+                break
+            wf_id = row["result"]["continued_as"]
+        return {"id": row["id"], "workflow_status": row["status"], "seq": row["seq"],
+                "epoch": row["epoch"], "set_at": row["set_at"], "value": row["output"]}  # fmt: skip
 
     def cancel(self, wf_id: str, by: str | None = None) -> None:
         """Request cancellation: the workflow sees Cancelled once, at its next durable call."""

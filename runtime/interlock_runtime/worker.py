@@ -25,9 +25,9 @@ from typing import Any
 
 import psycopg
 
-from . import db, durability, killpoints, local_postgres, migrations, validate
+from . import codec, db, durability, killpoints, local_postgres, migrations, validate
 from .cli_parsing import Parser, checked
-from .context import ENDS_GRANTS, Run, WorkflowContext, port_of
+from .context import ENDS_GRANTS, Run, WorkflowContext, port_of, workflow_input
 from .errors import (
     Cancelled,
     CodeChanged,
@@ -273,7 +273,7 @@ class Worker:
         wf = self.defs[(run.name, run.version)]
         ids = {"worker": self.worker_id, "wf": run.workflow_id, "epoch": run.epoch}
         try:
-            result = wf.fn(ctx, run.input)
+            result = wf.fn(ctx, workflow_input(ctx, wf.fn))  # typed values rebuilt (codec.py)
         except Suspend as exc:
             emit("suspended", **ids, reason=str(exc))
             return
@@ -306,6 +306,7 @@ class Worker:
             self._swallowed(ctx, ids)
             return
         try:
+            result = codec.encode(result, "the workflow's return value")  # types recorded
             db.to_json_text(result, "the workflow's return value")
         except TypeError as exc:
             self._finish(ctx, "failed", error={"type": "TypeError", "message": str(exc)})

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from .. import approve_cli, db, journal, receipts
+from .. import approve_cli, db, journal, query_cli, receipts
 from ..context import APPROVAL_SIGNAL
 from ..errors import InvalidInput, WorkflowConflict, WorkflowNotFound
 from ..runtime import Runtime, approve_in, cancel_in, check_id, revoke_in
@@ -161,6 +161,8 @@ class Store:
         wf = self.rt.describe(wf_id)
         wf["signals"] = self._rows(db.query("console_signals"), {"wf": wf_id})
         wf["approved"] = approved_pending(wf)
+        # what the workflow published with ctx.set_status, of this run (not a successor's)
+        wf["published"] = query_cli.as_json(self.rt.status_record(wf_id, follow=False))
         return wf
 
     def inbox(self) -> list[dict[str, Any]]:
