@@ -25,6 +25,7 @@
     interlock roles [--login USER=worker|operator|auditor ...]   (with an admin DSN)
     interlock console [--port 8470]                              (the operator web console)
     interlock operator add NAME | list | disable NAME            (who may log in to the console)
+    interlock schedule create|list|describe|pause|resume|trigger|delete   (durable schedules)
 
 Every verb takes --dsn (default: ILR_DSN, else the project's own cluster); `interlock --version`.
 
@@ -504,6 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)  # fmt: skip
     sub.add_parser("operator", help="console operators: add, list, disable (see `interlock operator --help`)",
                    add_help=False)  # fmt: skip
+    sub.add_parser("schedule", help="durable schedules: create, list, describe, pause, resume, "
+                   "trigger, delete (see `interlock schedule --help`)", add_help=False)  # fmt: skip
     return parser
 
 
@@ -582,6 +585,10 @@ def _delegate(argv: list[str]) -> Callable[[], int] | None:
         from .console import main as console_main
 
         return lambda: console_main(rest)
+    if verb == "schedule":  # durable schedules (schedule_cli.py)
+        from .schedule_cli import main as schedule_main
+
+        return lambda: schedule_main(rest)
     if verb == "operator":  # console operators (operator_cli.py)
         from .operator_cli import main as operator_main
 

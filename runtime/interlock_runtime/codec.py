@@ -184,7 +184,8 @@ class _Encoder:
             hint = "code cannot be recorded: record the data it works on"
         else:
             hint = f"record {_SUPPORTED} instead"
-        raise NotRecordable(f"{path}: a value of type {name} cannot be recorded; {hint}")
+        raise NotRecordable(f"{path}: a value of type {name} is not JSON-serializable and "
+                            f"cannot be recorded; {hint}")  # fmt: skip
 
 
 def encode(value: Any, what: str = "the value") -> Any:

@@ -56,6 +56,14 @@ class WorkflowFailed(InterlockError):
         super().__init__(f"workflow {workflow_id!r} ended {status}: {error}")
 
 
+class ScheduleNotFound(InterlockError, LookupError):
+    """No schedule has this id."""
+
+
+class ScheduleConflict(InterlockError):
+    """A schedule with this id already exists with another definition."""
+
+
 class SchemaMismatch(InterlockError):
     """The database's schema is not this runtime's (older, newer, or edited); the message says
     which command to run."""

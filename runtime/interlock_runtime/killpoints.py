@@ -27,6 +27,7 @@ POINTS = (
     "resolve_after_commit",
     "resolve_after_send",
     "wait_after_suspend",
+    "schedule_before_commit",  # a firing pass has recorded and inserted its starts
 )
 
 

@@ -115,3 +115,27 @@ LANDED_RESULTS = (
     ResultStatus.COMMITTED_ON_QUERY,
     ResultStatus.REAPPLIED_AFTER_QUERY,
 )
+
+
+class ScheduleOverlap(Word):
+    """ilr.schedules.overlap: what a tick does while the schedule's previous run is live."""
+
+    SKIP = "skip"  # start nothing; the tick is recorded as skipped
+    BUFFER_ONE = "buffer_one"  # remember one tick, start it when the previous run ends
+    ALLOW_ALL = "allow_all"  # start it anyway: runs may overlap
+
+
+class FireOutcome(Word):
+    """ilr.schedule_fires.outcome: what was decided for one tick."""
+
+    STARTED = "started"  # its workflow was inserted
+    SKIPPED = "skipped"  # the previous run was live (or the buffer was already full)
+    BUFFERED = "buffered"  # waits for the previous run; becomes started (or failed)
+    FAILED = "failed"  # nothing could start: no deployment, or its workflow id was taken
+
+
+class FireSource(Word):
+    """ilr.schedule_fires.source: a tick of the spec, or a trigger by hand."""
+
+    SCHEDULE = "schedule"
+    TRIGGER = "trigger"

@@ -40,6 +40,7 @@ from .errors import (
 )
 from .events import JsonLines, emit, log
 from .runtime import register_deployment
+from .schedules import Scheduler
 from .workflow import WorkflowDef, collect, definition
 
 
@@ -68,7 +69,9 @@ class Worker:
         lease_ttl: float = 30.0,
         poll: float = 1.0,
         allow_code_change: bool = False,
+        schedules: bool = True,
     ):
+        """`schedules`: also fire due schedules (docs/schedules.md), whatever workflows they start."""
         if lease_ttl <= 0 or poll <= 0 or concurrency < 1:
             raise ValueError("lease_ttl and poll must be > 0 and concurrency >= 1")
         self.dsn = dsn
@@ -92,6 +95,8 @@ class Worker:
         # sleeps. The server aborts such a transaction once it is idle for a lease.
         idle_ms = max(1000, int(lease_ttl * 1000))
         self._session_options = f"-c idle_in_transaction_session_timeout={idle_ms}"
+        self._scheduler = (Scheduler(dsn, self.worker_id, poll, self._session_options)
+                           if schedules else None)  # fmt: skip
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -149,12 +154,16 @@ class Worker:
                     self.stopping.wait(backoff.next())
             if listener is not None:
                 listener.close()
+        if self._scheduler is not None:
+            self._scheduler.close()
         emit("stopped", worker=self.worker_id)
 
     def _claim_and_wait(self, listener: db.Conn, pool: ThreadPoolExecutor) -> None:
+        if self._scheduler is not None:
+            self._scheduler.run_if_due()  # on its own connection; never raises for the database
         free = self.concurrency - len(self._active)
         if free <= 0:
-            self._slot_freed.wait(self.poll)
+            self._slot_freed.wait(self._until_schedules(self.poll))
             self._slot_freed.clear()
             return
         t0 = time.monotonic()  # read before the claim: the local deadline starts here (C1)
@@ -188,8 +197,14 @@ class Worker:
         due = db.one(listener.execute(db.query("next_due"), self._pairs()))["seconds"]
         # A due row we could not claim (locked by another transaction) must not spin us.
         wait = self.poll if due is None else min(self.poll, max(due + 0.005, 0.05))
-        for _ in listener.notifies(timeout=wait, stop_after=1):
+        for _ in listener.notifies(timeout=self._until_schedules(wait), stop_after=1):
             pass
+
+    def _until_schedules(self, wait: float) -> float:
+        """The wait, cut short when a schedule's next tick comes first."""
+        if self._scheduler is None:
+            return wait
+        return min(wait, max(self._scheduler.wait(), 0.005))
 
     def _pairs(self) -> dict[str, list[str]]:
         return {"names": [n for n, _ in self.defs], "versions": [v for _, v in self.defs]}
@@ -392,6 +407,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    type=checked(lambda t: validate.number(t, "--poll", low=0.01, high=3600,
                                                           unit="seconds", from_text=True)))  # fmt: skip
     p.add_argument("--only", default=None, help="serve only these name@version pairs (comma list)")
+    p.add_argument("--no-schedules", action="store_true",
+                   help="do not fire schedules (another worker does; default: fire them)")  # fmt: skip
     p.add_argument("--allow-code-change", action="store_true",
                    help="accept a changed code hash for a deployed (name, version)")  # fmt: skip
     return p.parse_args(argv)
@@ -438,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         lease_ttl=args.lease_ttl,
         poll=args.poll,
         allow_code_change=args.allow_code_change,
+        schedules=not args.no_schedules,
     )
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())

@@ -381,3 +381,13 @@ def zombie_steps(ctx, inp):
     """three_steps under its own name, for a worker that must hold this run and no other (one
     SIGSTOPped to become a zombie: a pause inside any other run it held would lift A1 there)."""
     return three_steps(ctx, inp)
+
+
+@workflow(name="scheduled", version="1")
+def scheduled(ctx, inp):
+    """A scheduled run (test_schedules.py): holds for input.hold seconds on a durable timer, so
+    that the schedule's next ticks find it live."""
+    hold = (inp.get("input") or {}).get("hold", 0)
+    if hold:
+        ctx.sleep(hold)
+    return {"scheduled_at": inp["scheduled_at"], "source": inp["source"]}

@@ -100,13 +100,13 @@ def test_what_cannot_be_recorded_is_refused_with_what_to_do() -> None:
         cases = [
             ({"tags": {"a"}}, r"the value\['tags'\]: a value of type set.*sorted list"),
             ([frozenset()], "set"),
-            (lambda: 1, "function cannot be recorded; code cannot be recorded"),
-            (sock, "type socket cannot be recorded"),
-            (b"raw", "type bytes cannot be recorded"),
+            (lambda: 1, "function is not JSON-serializable and cannot be recorded; code"),
+            (sock, "type socket is not JSON-serializable"),
+            (b"raw", "type bytes is not JSON-serializable"),
             (make_local(), "inside a function; define the class at module level"),
             (main_cls(1), "__main__.*move the class into a module"),
             (tf.Line, "is a class, not a value"),
-            (LocalHolder(), "type LocalHolder cannot be recorded"),
+            (LocalHolder(), "type LocalHolder is not JSON"),
             (Decimal("NaN"), "not finite"),
         ]
         for value, says in cases:

@@ -108,7 +108,7 @@ def test_declared_input_type_refusals_hostile_tags_and_the_console(
     with Runtime(dsn) as rt:
         rt.register(tf.typed_echo, tf.status_refusal, tf.typed_input_only)
         # refused at the call, before anything is written
-        for bad, says in (({1, 2}, "sorted list"), (lambda: 1, "cannot be recorded"),
+        for bad, says in (({1, 2}, "sorted list"), (lambda: 1, "not JSON-serializable"),
                           (tf.Line, "is a class"), ({"at": [object()]}, "type object")):  # fmt: skip
             with pytest.raises(NotRecordable, match=says):
                 rt.start(tf.typed_input_only, "never", bad)

@@ -40,6 +40,9 @@ grant insert on ilr.deployments to ilr_worker;
 grant update (code_sha256) on ilr.deployments to ilr_worker;     -- --allow-code-change
 grant update (consumed_seq) on ilr.signals to ilr_worker;        -- the mailbox check
 grant insert, update on ilr.breakers to ilr_worker;              -- counting failures
+grant update (next_fire_at, last_tick, last_workflow_id, buffered_tick, missed_ticks, updated_at)
+  on ilr.schedules to ilr_worker;                                -- firing schedules, never
+grant insert, update on ilr.schedule_fires to ilr_worker;        -- making or pausing one
 grant usage on all sequences in schema ilr to ilr_worker;
 grant execute on function ilr.lock_grant_for_share(text), ilr.signal_parent(text, jsonb),
   ilr.append_only(), ilr.effects_guard() to ilr_worker;
@@ -51,6 +54,7 @@ grant insert, update on ilr.workflows, ilr.grants, ilr.signals to ilr_operator;
 grant insert on ilr.steps to ilr_operator;                          -- rt.fork copies a prefix
 grant update (reconciled) on ilr.effects to ilr_operator;
 grant update on ilr.breakers to ilr_operator;                      -- interlock breaker reset
+grant insert, update, delete on ilr.schedules, ilr.schedule_fires to ilr_operator;  -- schedules
 grant insert on ilr.deployments to ilr_operator;
 -- the console: reads operators (to check a password), keeps sessions, writes the audit; adding
 -- or disabling an operator is for the schema owner (`interlock operator`)
