@@ -93,7 +93,7 @@ MALFORMED = "this is not a dsn"
 # Every verb that talks to the database, with the arguments it needs; `worker` is left out: it
 # waits for the database by design (it logs db_unavailable and retries until it is up).
 DB_VERBS = [
-    ["list"], ["list", "--json"], ["describe", "w1"], ["start", "echo", "w9"],
+    ["list"], ["list", "--json"], ["describe", "w1"], ["query", "w1"], ["start", "echo", "w9"],
     ["result", "w1", "--timeout", "1"], ["signal", "w1", "go"], ["cancel", "w1"],
     ["fork", "w1", "w2", "--at-seq", "1"], ["migrate", "w1", "--to-version", "1"],
     ["migrate", "--schema"], ["drain-report"], ["receipt", "eff_x"], ["ambiguous"],

@@ -254,7 +254,7 @@ def _cli_case(kind: str) -> st.SearchStrategy:
     """(argv after `interlock`, with its --dsn or None for the test database)."""
     if kind == "ids":
         return st.tuples(st.sampled_from([
-            lambda x: ["describe", x], lambda x: ["result", x, "--timeout", "1"],
+            lambda x: ["describe", x], lambda x: ["query", x], lambda x: ["result", x, "--timeout", "1"],
             lambda x: ["cancel", x], lambda x: ["signal", x, "go"],
             lambda x: ["fork", "w1", x, "--at-seq", "1"], lambda x: ["fork", x, "w9", "--at-seq", "1"],
             lambda x: ["revoke", x, "--by", "ann"], lambda x: ["receipt", x],
