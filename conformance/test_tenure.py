@@ -27,7 +27,7 @@ def _racer(dsn: str, owner: str, barrier, out) -> None:
     with db.connect(dsn) as conn:
         conn.execute("select 1")
         params = {"names": ["replay_signals"], "versions": ["1"], "limit": 1, "owner": owner,
-                  "ttl": TTL}  # fmt: skip
+                  "ttl": TTL, "queues": None}  # fmt: skip
         barrier.wait(30)
         rows = conn.execute(db.query("claim"), params).fetchall()
         out.put((owner, [r["epoch"] for r in rows]))

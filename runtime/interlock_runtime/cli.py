@@ -25,6 +25,7 @@
     interlock roles [--login USER=worker|operator|auditor ...]   (with an admin DSN)
     interlock console [--port 8470]                              (the operator web console)
     interlock operator add NAME | list | disable NAME            (who may log in to the console)
+    interlock queue set NAME [--concurrency N --rate N/PERIOD ...] | list | describe NAME
     interlock schedule create|list|describe|pause|resume|trigger|delete   (durable schedules)
 
 Every verb takes --dsn (default: ILR_DSN, else the project's own cluster); `interlock --version`.
@@ -46,6 +47,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import local_postgres, validate
+from . import queues as queueing
 from .cli_parsing import Parser, checked
 from .errors import DatabaseUnreachable, InterlockError, InvalidInput
 from .vocabulary import WorkflowStatus
@@ -148,8 +150,8 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         _dump(rows)
     else:
-        print_table(rows, ["id", "name", "version", "status", "epoch", "owner", "available_at",
-                           "updated_at"])  # fmt: skip
+        print_table(rows, ["id", "name", "version", "status", "queue", "epoch", "owner",
+                           "available_at", "updated_at"])  # fmt: skip
     return 0
 
 
@@ -161,7 +163,8 @@ def _describe(args: argparse.Namespace) -> int:
         return 0
     for key in ("id", "name", "version", "status", "epoch", "owner", "lease_expires_at",
                 "available_at", "waiting", "cancel_requested_at", "result", "error", "parent_id",
-                "continued_from", "forked_from", "created_at", "updated_at"):  # fmt: skip
+                "continued_from", "forked_from", "created_at", "updated_at", "queue", "priority",
+                "queue_key", "started_at"):  # fmt: skip
         print(f"{key:>20}: {_cell(wf.get(key))}")
     print("\nsteps")
     print_table(wf["steps"], ["seq", "kind", "name", "epoch", "output", "error", "created_at"])
@@ -194,8 +197,15 @@ def _signal(args: argparse.Namespace) -> int:
 def _start(args: argparse.Namespace) -> int:
     value = validate.parse_json(args.input, "--input")
     with _runtime(args) as rt:
-        wf_id = rt.start(args.name, args.id, value, version=args.version)
+        wf_id = rt.start(args.name, args.id, value, version=args.version, queue=args.queue,
+                         priority=args.priority, queue_key=args.queue_key,
+                         dedup_id=args.dedup_id, wait_for_worker=not args.require_deployed)  # fmt: skip
         version = rt.describe(wf_id)["version"]
+    if version is None:  # docs/queues.md: it runs once a worker registers the workflow
+        wanted = f"{args.name}@{args.version}" if args.version else args.name
+        print(f"started {wf_id}, awaiting a worker: no deployment serves {wanted} yet; it runs "
+              "once a worker that serves it starts (`interlock list --status awaiting_worker`)")  # fmt: skip
+        return 0
     print(f"started {args.name}@{version} as {wf_id}")
     return 0
 
@@ -434,6 +444,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", help="the new workflow's id (a second start with it is idempotent)")
     p.add_argument("--input", default="{}", metavar="JSON", help="the workflow input")
     p.add_argument("--version", help="the version to run (default: the newest deployed)")
+    p.add_argument("--queue", metavar="Q", help="the queue to start it on (default: default, "
+                   "which has no limits; see `interlock queue`)")  # fmt: skip
+    p.add_argument("--priority", type=checked(lambda t: queueing.priority(t, from_text=True)),
+                   default=0, metavar="N",
+                   help="lower runs first, -1000000 to 1000000 (default: 0)")  # fmt: skip
+    p.add_argument("--queue-key", metavar="KEY",
+                   help="what the queue's per-key limits count, e.g. a customer (default: none)")  # fmt: skip
+    p.add_argument("--dedup-id", metavar="ID", help="refused while a live run of the queue has "
+                   "the same one (default: none)")  # fmt: skip
+    p.add_argument("--require-deployed", action="store_true",
+                   help="refuse (exit 1) when no deployment serves the workflow, instead of "
+                   "recording it as awaiting_worker until a worker serves it")  # fmt: skip
     p = verb("result", _result, "wait for a workflow's result")
     p.add_argument("id", help="the workflow id")
     p.add_argument("--timeout", type=checked(_seconds), default=None, metavar="SECONDS",
@@ -505,6 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)  # fmt: skip
     sub.add_parser("operator", help="console operators: add, list, disable (see `interlock operator --help`)",
                    add_help=False)  # fmt: skip
+    sub.add_parser("queue", help="queues and their limits: set, list, describe (see `interlock "
+                   "queue --help`)", add_help=False)  # fmt: skip
     sub.add_parser("schedule", help="durable schedules: create, list, describe, pause, resume, "
                    "trigger, delete (see `interlock schedule --help`)", add_help=False)  # fmt: skip
     return parser
@@ -512,7 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 _IDS = {"id": "workflow id", "new_id": "new workflow id", "effect_id": "effect id",
         "grant_id": "grant id"}  # fmt: skip
-_NAMES = {"name": "name", "version": "--version", "to_version": "--to-version", "by": "--by",
+_NAMES = {"queue_key": "--queue-key", "dedup_id": "--dedup-id",
+          "name": "name", "version": "--version", "to_version": "--to-version", "by": "--by",
           "sender": "--sender", "target": "target", "key_env": "--key-env"}  # fmt: skip
 
 
@@ -589,6 +614,10 @@ def _delegate(argv: list[str]) -> Callable[[], int] | None:
         from .schedule_cli import main as schedule_main
 
         return lambda: schedule_main(rest)
+    if verb == "queue":  # queues and their limits (queue_cli.py)
+        from .queue_cli import main as queue_main
+
+        return lambda: queue_main(rest)
     if verb == "operator":  # console operators (operator_cli.py)
         from .operator_cli import main as operator_main
 

@@ -30,6 +30,7 @@ from . import (
     receipts,
     validate,
 )
+from . import queues as queueing
 from . import schedules as sched
 from .errors import (
     CodeChanged,
@@ -124,7 +125,17 @@ class Runtime:
     # -- workflows --------------------------------------------------------------------------
 
     def start(
-        self, workflow: Any, wf_id: str, input: Any = None, version: str | None = None
+        self,
+        workflow: Any,
+        wf_id: str,
+        input: Any = None,
+        version: str | None = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        queue_key: str | None = None,
+        dedup_id: str | None = None,
+        wait_for_worker: bool = True,
     ) -> str:
         """Start a workflow, idempotent on wf_id. `workflow` is a name or a decorated function.
 
@@ -132,6 +143,14 @@ class Runtime:
         recorded with their type so the workflow gets the same type (docs/typed.md); anything
         else is refused before anything is written. A second start with the same id and the
         same name and input returns the id; a different one raises WorkflowConflict.
+
+        `queue` (default: the default queue, which has no limits), `priority` (lower runs
+        first, 0 default), `queue_key` (what per-key limits count, e.g. a customer) and
+        `dedup_id` (refused with WorkflowConflict while another live run of the queue has it)
+        are described in docs/queues.md. A workflow no deployment serves yet is recorded as
+        `awaiting_worker` and runs once a worker registers it: a given `version` waits for that
+        version, none takes the newest live one at that registration (wait_for_worker=False
+        refuses instead, UnknownWorkflow).
         """
         check_id(wf_id)
         version = validate.optional_name(version, "version")
@@ -142,25 +161,31 @@ class Runtime:
             wf = definition(workflow)
             self.register(wf)
             name, version = wf.name, version or wf.version
-        version = self._resolve_version(name, version)
-        with self._transaction():
-            params = {
-                "id": wf_id,
-                "name": name,
-                "version": version,
-                "input": db.jsonb(json.loads(text)),
-            }
-            inserted = self._conn.execute(db.query("insert_workflow"), params).fetchone()
+        # Queues and starts before a worker exists: docs/queues.md. A name no deployment serves
+        # is recorded as awaiting_worker (wait_for_worker=False: refused, UnknownWorkflow).
+        opts: dict[str, Any] = {"name": name, "input_text": text, "queue": queueing.optional_queue(queue),
+                "priority": queueing.priority(priority),
+                "queue_key": validate.optional_name(queue_key, "queue_key"),
+                "dedup_id": validate.optional_name(dedup_id, "dedup_id")}  # fmt: skip
+        try:
+            resolved: str | None = self._resolve_version(name, version)
+        except UnknownWorkflow:
+            if not wait_for_worker:
+                raise
+            resolved = None
+        with self._transaction() as conn:
+            inserted, _ = queueing.start_in(conn, wf_id=wf_id, version=resolved,
+                                            wanted_version=version, **opts)  # fmt: skip
             if inserted:
-                self._conn.execute(db.query("notify_ready"), {"id": wf_id})
                 return wf_id
-            existing = db.one(self._conn.execute(db.query("get_workflow"), {"id": wf_id}))
-        same = (existing["name"], existing["version"]) == (name, version)
-        if same and db.to_json_text(existing["input"], "input") == text:
+            existing = db.one(conn.execute(db.query("get_workflow"), {"id": wf_id}))
+            same = queueing.same_start(conn, wf_id, existing, wanted=version, **opts)
+        if same:
             return wf_id
         raise WorkflowConflict(
-            f"workflow id {wf_id!r} already exists as {existing['name']}@{existing['version']} "
-            "with a different name, version or input; choose a new id to start another workflow"
+            f"workflow id {wf_id!r} already exists as {existing['name']}@"
+            f"{existing['version'] or '(no version yet)'} with a different name, version or input, "
+            "or other queue options; choose a new id to start another workflow"
         )
 
     def _resolve_version(self, name: str, version: str | None) -> str:
@@ -235,6 +260,34 @@ class Runtime:
                     "is a worker running for it?"
                 )
             time.sleep(poll)
+
+    # -- queues (queues.py, docs/queues.md) ----------------------------------------------------
+
+    def queue(self, name: str, *, concurrency: int | None = None,
+              worker_concurrency: int | None = None, per_key_concurrency: int | None = None,
+              rate: Any = None, per_key_rate: Any = None) -> db.Row:  # fmt: skip
+        """Declare a queue, or replace all its limits (a limit left out is lifted). Enforced
+        by the claim in Postgres, so they hold across every worker: `concurrency` runs at once
+        over all workers, `worker_concurrency` in one worker, `per_key_concurrency` per
+        queue_key; `rate` and `per_key_rate` as (limit, period_seconds) or {"limit": N,
+        "period": seconds}: at most that many first starts in any window of that period.
+        Returns the queue with its current use, as queues() lists it."""
+        with self._transaction() as conn:
+            return queueing.set_queue(conn, name, concurrency=concurrency,
+                                      worker_concurrency=worker_concurrency,
+                                      per_key_concurrency=per_key_concurrency,
+                                      rate_limit=rate, per_key_rate=per_key_rate)  # fmt: skip
+
+    def queues(self) -> builtins.list[db.Row]:
+        """Declared queues and the queues live runs name: limits, runs running, ready,
+        waiting, awaiting a worker, first starts in the rate window."""
+        with self._lock:
+            return queueing.list_queues(self._live())
+
+    def describe_queue(self, name: str, keys: int = 20) -> db.Row:
+        """One queue as queues() shows it, plus its busiest queue keys (at most `keys`)."""
+        with self._lock:
+            return queueing.describe_queue(self._live(), name, keys)
 
     # -- signals, cancel, versions, fork ------------------------------------------------------
 
@@ -613,6 +666,8 @@ def cancel_in(conn: db.Conn, wf_id: str, by: str | None = None) -> None:
     """The body of rt.cancel, run inside the caller's transaction."""
     _lock_live(conn, wf_id, "cancelled")
     conn.execute(db.query("request_cancel"), {"id": wf_id, "by": by})
+    if queueing.cancel_awaiting(conn, wf_id):
+        return  # no worker ever served it: cancelled at once, nothing ran to compensate
     conn.execute(db.query("wake"), {"id": wf_id})
     conn.execute(db.query("notify_ready"), {"id": wf_id})
 
@@ -666,3 +721,5 @@ def register_deployment(conn: db.Conn, wf: WorkflowDef, allow_code_change: bool)
         if not allow_code_change:
             raise CodeChanged(wf.name, wf.version, row["code_sha256"], wf.code_sha256)
         conn.execute(db.query("replace_deployment_hash"), params)
+    # runs started before any deployment served this name get their version now (queues.py)
+    conn.execute(db.query("resolve_awaiting"), {"name": wf.name})

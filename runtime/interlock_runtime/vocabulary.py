@@ -28,6 +28,7 @@ class Word(str, Enum):
 class WorkflowStatus(Word):
     """ilr.workflows.status."""
 
+    AWAITING_WORKER = "awaiting_worker"  # started before any deployment served it (no version)
     PENDING = "pending"  # waiting for a worker to claim it
     RUNNING = "running"  # claimed, its lease live
     SLEEPING = "sleeping"  # waiting for a timer or a signal
@@ -38,7 +39,8 @@ class WorkflowStatus(Word):
     CONTINUED = "continued"  # ended by continue-as-new; its successor carries on
 
 
-LIVE_STATUSES = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING, WorkflowStatus.SLEEPING)
+LIVE_STATUSES = (WorkflowStatus.AWAITING_WORKER, WorkflowStatus.PENDING, WorkflowStatus.RUNNING,
+                 WorkflowStatus.SLEEPING)  # fmt: skip
 TERMINAL_STATUSES = tuple(s for s in WorkflowStatus if s not in LIVE_STATUSES)
 
 

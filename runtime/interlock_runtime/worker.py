@@ -39,6 +39,7 @@ from .errors import (
     UnsafeDatabase,
 )
 from .events import JsonLines, emit, log
+from .queues import Claimer, served
 from .runtime import register_deployment
 from .schedules import Scheduler
 from .workflow import WorkflowDef, collect, definition
@@ -69,11 +70,17 @@ class Worker:
         lease_ttl: float = 30.0,
         poll: float = 1.0,
         allow_code_change: bool = False,
+        queues: list[str] | None = None,
         schedules: bool = True,
+        max_clock_skew: float = 0.0,
     ):
-        """`schedules`: also fire due schedules (docs/schedules.md), whatever workflows they start."""
+        """`queues`: the queues this worker serves (docs/queues.md); None serves every queue.
+        `schedules`: also fire due schedules (docs/schedules.md), whatever workflows they start."""
         if lease_ttl <= 0 or poll <= 0 or concurrency < 1:
             raise ValueError("lease_ttl and poll must be > 0 and concurrency >= 1")
+        if not 0 <= max_clock_skew < lease_ttl / 2:
+            raise ValueError("max_clock_skew must be >= 0 and below half of lease_ttl: raise "
+                             "lease_ttl, or bound the clock difference between database servers")
         self.dsn = dsn
         self.defs: dict[tuple[str, str], WorkflowDef] = {}
         for wf in map(definition, workflows):
@@ -83,8 +90,10 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
+        self.max_clock_skew = max_clock_skew
         self.poll = poll
         self.allow_code_change = allow_code_change
+        self._claimer = Claimer(queues)
         self.stopping = threading.Event()
         self._active: dict[str, Run] = {}
         self._active_lock = threading.Lock()
@@ -179,7 +188,8 @@ class Worker:
                 takeovers=row["takeovers"],
                 cancel_requested_at=row["cancel_requested_at"],
                 lease_ttl=self.lease_ttl,
-                local_deadline=t0 + self.lease_ttl,
+                local_deadline=t0 + self.lease_ttl - self.max_clock_skew,
+                clock_skew=self.max_clock_skew,
                 parent_id=row["parent_id"],
                 claimed_now=row["claimed_now"],
                 has_steps=row["has_steps"],
@@ -190,11 +200,11 @@ class Worker:
                  prev_status=row["prev_status"], takeovers=run.takeovers)  # fmt: skip
             killpoints.hit("claimed")
             pool.submit(self._execute, run)
-        if len(rows) == free:
-            return  # there may be more due work: claim again at once
+        if len(rows) == free or (rows and self._claimer.limited):
+            return  # there may be more due work (or a limit's room not yet used): claim again
         # Wait for a wakeup (start, signal, ...), the next timer or lease expiry, or the poll
         # interval, whichever comes first.
-        due = db.one(listener.execute(db.query("next_due"), self._pairs()))["seconds"]
+        due = self._claimer.next_due(listener, self._pairs())
         # A due row we could not claim (locked by another transaction) must not spin us.
         wait = self.poll if due is None else min(self.poll, max(due + 0.005, 0.05))
         for _ in listener.notifies(timeout=self._until_schedules(wait), stop_after=1):
@@ -211,7 +221,7 @@ class Worker:
 
     def _claim(self, conn: db.Conn, limit: int) -> list[db.Row]:
         params = {**self._pairs(), "limit": limit, "owner": self.worker_id, "ttl": self.lease_ttl}
-        return conn.execute(db.query("claim"), params).fetchall()
+        return self._claimer.claim(conn, params)
 
     # -- heartbeat ----------------------------------------------------------------------------
 
@@ -403,10 +413,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lease-ttl", default=30.0, help="seconds a claim lives without a heartbeat",
                    type=checked(lambda t: validate.number(t, "--lease-ttl", low=0.5, high=86_400,
                                                           unit="seconds", from_text=True)))  # fmt: skip
+    p.add_argument("--max-clock-skew", default=0.0,
+                   help="seconds the clocks of the database servers a failover moves between may "
+                        "differ; the local lease deadline runs this much short of the lease",
+                   type=checked(lambda t: validate.number(t, "--max-clock-skew", low=0,
+                                                          high=3600, unit="seconds",
+                                                          from_text=True)))  # fmt: skip
     p.add_argument("--poll", default=1.0, help="seconds between polls when no NOTIFY wakes it",
                    type=checked(lambda t: validate.number(t, "--poll", low=0.01, high=3600,
                                                           unit="seconds", from_text=True)))  # fmt: skip
     p.add_argument("--only", default=None, help="serve only these name@version pairs (comma list)")
+    p.add_argument("--queue", default=None, metavar="Q[,Q...]",
+                   type=checked(lambda t: ",".join(served(t) or [])),
+                   help="serve only these queues, comma-separated (default: every queue)")  # fmt: skip
     p.add_argument("--no-schedules", action="store_true",
                    help="do not fire schedules (another worker does; default: fire them)")  # fmt: skip
     p.add_argument("--allow-code-change", action="store_true",
@@ -453,8 +472,10 @@ def main(argv: list[str] | None = None) -> int:
         worker_id=args.worker_id,
         concurrency=args.concurrency,
         lease_ttl=args.lease_ttl,
+        max_clock_skew=args.max_clock_skew,
         poll=args.poll,
         allow_code_change=args.allow_code_change,
+        queues=None if args.queue is None else args.queue.split(","),
         schedules=not args.no_schedules,
     )
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())

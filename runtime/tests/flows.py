@@ -383,6 +383,23 @@ def zombie_steps(ctx, inp):
     return three_steps(ctx, inp)
 
 
+def timed_hold(folder: str, wf_id: str, hold: float) -> dict:
+    """Hold for `hold` seconds and write when this run's work began and ended, by the machine's
+    clock, to <folder>/<wf_id>.json: the ground truth test_queues.py judges limits from."""
+    began = time.time()
+    time.sleep(hold)
+    times = {"id": wf_id, "began": began, "ended": time.time(), "pid": os.getpid()}
+    with open(os.path.join(folder, f"{wf_id}.json"), "w") as f:
+        json.dump(times, f)
+    return times
+
+
+@workflow(name="queued_work", version="1")
+def queued_work(ctx, inp):
+    """One unit of work on a queue (test_queues.py): a step that holds for input.hold seconds."""
+    return ctx.step("work", timed_hold, inp["dir"], ctx.workflow_id, inp.get("hold", 0.2))
+
+
 @workflow(name="scheduled", version="1")
 def scheduled(ctx, inp):
     """A scheduled run (test_schedules.py): holds for input.hold seconds on a durable timer, so

@@ -68,8 +68,10 @@ def test_signal_cancel_and_bad_input_through_the_cli(dsn, tmp_path) -> None:
         wait_for(lambda: "registered" in (tmp_path / "w.log").read_text(), 30, "registration")
         bad = interlock(dsn, "start", "greet", "g-bad", "--input", "{nope", check=False)
         assert bad.returncode == 2 and "not JSON" in bad.stderr
-        unknown = interlock(dsn, "start", "refund", "g-x", check=False)
+        unknown = interlock(dsn, "start", "refund", "g-x", "--require-deployed", check=False)
         assert unknown.returncode == 1 and "greet@1" in unknown.stderr
+        early = interlock(dsn, "start", "refund", "g-y")  # no --require-deployed: it waits
+        assert "awaiting a worker: no deployment serves refund yet" in early.stdout
         missing = interlock(dsn, "signal", "nobody", "go", check=False)
         assert missing.returncode == 1 and "no workflow with id 'nobody'" in missing.stderr
         interlock(dsn, "start", "greet", "g-2", "--input", '{"name": "Bo"}')

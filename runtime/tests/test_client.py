@@ -45,14 +45,20 @@ def test_bad_ids_are_refused(dsn, conn, bad_id) -> None:
 
 
 def test_unknown_name_or_version_names_the_registered_ones(dsn, conn) -> None:
+    """Refused only with wait_for_worker=False: by default such a start waits for a worker
+    (awaiting_worker, test_queues.py)."""
     with Runtime(dsn) as rt:
         rt.register(echo, three_steps)
         with pytest.raises(UnknownWorkflow) as err:
-            rt.start("refund", "wf-1", {})
+            rt.start("refund", "wf-1", {}, wait_for_worker=False)
         assert "echo@1" in str(err.value) and "three_steps@1" in str(err.value)
         with pytest.raises(UnknownWorkflow, match="echo@9"):
-            rt.start("echo", "wf-1", {}, version="9")
-    assert _counts(conn)[0] == 0
+            rt.start("echo", "wf-1", {}, version="9", wait_for_worker=False)
+        assert _counts(conn)[0] == 0
+        rt.start("refund", "wf-2", {})
+        rt.start("echo", "wf-3", {}, version="9")
+        assert {w["id"]: w["status"] for w in rt.list()} == {
+            "wf-2": "awaiting_worker", "wf-3": "awaiting_worker"}  # fmt: skip
 
 
 def test_start_is_idempotent_on_id_and_refuses_a_conflict(dsn) -> None:

@@ -48,7 +48,7 @@ def claim(dsn: str, wf: str) -> Run:
     """Claim one workflow as a worker would (the real claim statement)."""
     with db.connect(dsn) as conn:
         params = {"names": ["policy_refund", "waiter"], "versions": ["1", "1"], "limit": 10,
-                  "owner": "test", "ttl": 60}  # fmt: skip
+                  "owner": "test", "ttl": 60, "queues": None}  # fmt: skip
         t0 = time.monotonic()
         rows = [r for r in conn.execute(db.query("claim"), params).fetchall() if r["id"] == wf]
     row = rows[0]

@@ -23,19 +23,24 @@ returning w.id, w.cancel_requested_at;
 -- Claim due work (docs/design.md#claims): pending or sleeping rows whose time has come, and running rows
 -- whose lease expired (a takeover). SKIP LOCKED lets workers claim side by side. The claim
 -- history row is written by the same statement, with the lease the previous holder had.
+-- Queues (docs/queues.md): only the queues the worker serves (null: all), never a limited one
+-- (those are claimed by claim_limited under their locks); lower priority numbers first.
 with due as (
   select id, status as prev_status, lease_expires_at as prev_lease_expires_at
     from ilr.workflows
    where ((status in ('pending','sleeping') and available_at <= now())
        or (status = 'running' and lease_expires_at <= now()))
      and (name, version) in (select * from unnest(%(names)s::text[], %(versions)s::text[]))
-   order by available_at
+     and (%(queues)s::text[] is null or queue = any(%(queues)s))
+     and queue not in (select name from ilr.queues where limited)
+   order by priority, available_at
    limit %(limit)s
    for update skip locked),
 claimed as (
   update ilr.workflows w
      set status = 'running', epoch = w.epoch + 1, owner = %(owner)s,
          takeovers = w.takeovers + (due.prev_status = 'running')::int,
+         started_at = coalesce(w.started_at, now()),
          lease_expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
     from due
    where w.id = due.id
@@ -52,14 +57,16 @@ select * from claimed;
 
 -- name: next_due
 -- Seconds until the earliest timer, backoff or lease expiry among the pairs this worker serves,
--- so it wakes on time instead of waiting for the next poll.
+-- so it wakes on time instead of waiting for the next poll (only in the queues it serves).
 select extract(epoch from least(
          (select min(available_at) from ilr.workflows
            where status in ('pending','sleeping')
-             and (name, version) in (select * from unnest(%(names)s::text[], %(versions)s::text[]))),
+             and (name, version) in (select * from unnest(%(names)s::text[], %(versions)s::text[]))
+             and (%(queues)s::text[] is null or queue = any(%(queues)s))),
          (select min(lease_expires_at) from ilr.workflows
            where status = 'running'
-             and (name, version) in (select * from unnest(%(names)s::text[], %(versions)s::text[])))
+             and (name, version) in (select * from unnest(%(names)s::text[], %(versions)s::text[]))
+             and (%(queues)s::text[] is null or queue = any(%(queues)s)))
        ) - now())::float8 as seconds;
 
 -- name: load_steps
@@ -140,8 +147,10 @@ insert into ilr.workflows (id, name, version, input, parent_id)
 values (%(id)s, %(name)s, %(version)s, %(input)s, %(parent)s);
 
 -- name: insert_successor
-insert into ilr.workflows (id, name, version, input, parent_id, continued_from)
-select %(id)s, name, version, %(input)s, parent_id, id from ilr.workflows where id = %(from)s;
+insert into ilr.workflows (id, name, version, input, parent_id, continued_from, queue, priority,
+                           queue_key)
+select %(id)s, name, version, %(input)s, parent_id, id, queue, priority, queue_key
+  from ilr.workflows where id = %(from)s;
 
 -- name: finish
 -- A terminal outcome (completed, failed, cancelled, stuck) written under the fence.
@@ -198,7 +207,7 @@ returning id;
 select id, name, version, input, status, epoch, owner, lease_expires_at, takeovers,
        available_at, waiting, cancel_requested_at, cancel_requested_by, result, error, parent_id,
        continued_from,
-       forked_from, created_at, updated_at
+       forked_from, created_at, updated_at, queue, priority, queue_key, started_at
   from ilr.workflows where id = %(id)s;
 
 -- name: migrate
@@ -212,8 +221,9 @@ select name, version, status, count(*) as workflows
   from ilr.workflows group by name, version, status order by name, version, status;
 
 -- name: insert_fork
-insert into ilr.workflows (id, name, version, input, forked_from)
-select %(new_id)s, name, version, input, id from ilr.workflows where id = %(id)s;
+insert into ilr.workflows (id, name, version, input, forked_from, queue, priority, queue_key)
+select %(new_id)s, name, version, input, id, queue, priority, queue_key
+  from ilr.workflows where id = %(id)s;
 
 -- name: copy_steps_for_fork
 -- The prefix below at_seq, copied as written (epoch 0: written by the fork, not by a claim).
@@ -222,7 +232,7 @@ select %(new_id)s, seq, name, kind, fingerprint, output, error, 0
   from ilr.steps where workflow_id = %(id)s and seq < %(at_seq)s;
 
 -- name: list_workflows
-select id, name, version, status, epoch, owner, available_at, created_at, updated_at
+select id, name, version, status, epoch, owner, available_at, created_at, updated_at, queue
   from ilr.workflows
  where (%(status)s::text is null or status = %(status)s)
    and (%(name)s::text is null or name = %(name)s)

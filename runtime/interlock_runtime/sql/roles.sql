@@ -47,6 +47,9 @@ grant usage on all sequences in schema ilr to ilr_worker;
 grant execute on function ilr.lock_grant_for_share(text), ilr.signal_parent(text, jsonb),
   ilr.append_only(), ilr.effects_guard() to ilr_worker;
 grant execute on function ilr.end_workflow_grants(text, text) to ilr_worker;  -- a finish ends its grants
+grant update (started_at) on ilr.workflows to ilr_worker;         -- a first claim (queues' rate window)
+grant execute on function ilr.lock_workflow_name(text), ilr.resolve_awaiting(text),
+  ilr.queue_slot_freed() to ilr_worker, ilr_operator;             -- registering resolves awaiting runs
 
 -- operator
 grant select on all tables in schema ilr to ilr_operator;
@@ -55,6 +58,7 @@ grant insert on ilr.steps to ilr_operator;                          -- rt.fork c
 grant update (reconciled) on ilr.effects to ilr_operator;
 grant update on ilr.breakers to ilr_operator;                      -- interlock breaker reset
 grant insert, update, delete on ilr.schedules, ilr.schedule_fires to ilr_operator;  -- schedules
+grant insert, update, delete on ilr.queues to ilr_operator;       -- interlock queue set
 grant insert on ilr.deployments to ilr_operator;
 -- the console: reads operators (to check a password), keeps sessions, writes the audit; adding
 -- or disabling an operator is for the schema owner (`interlock operator`)
