@@ -106,7 +106,7 @@ def test_declared_input_type_refusals_hostile_tags_and_the_console(
 ) -> None:
     marker = tmp_path / "pwned"
     with Runtime(dsn) as rt:
-        rt.register(tf.typed_echo, tf.status_refusal, tf.typed_input_only)
+        rt.register(tf.typed_echo, tf.status_refusal, tf.typed_input_only, tf.typed_child)
         # refused at the call, before anything is written
         for bad, says in (({1, 2}, "sorted list"), (lambda: 1, "not JSON-serializable"),
                           (tf.Line, "is a class"), ({"at": [object()]}, "type object")):  # fmt: skip
@@ -117,6 +117,7 @@ def test_declared_input_type_refusals_hostile_tags_and_the_console(
                               '{"sku": "fig", "qty": 3}', "--dsn", dsn)  # fmt: skip
         assert code == 0, err
         rt.start(tf.status_refusal, "refuse-1", {})
+        rt.start(tf.typed_parent, "parent-1", tf.Line("fig", 1))
         rt.start(tf.typed_input_only, "literal-1", {"$ilr_type": "os:system", "$ilr_value": "x"})
         rt.start(tf.typed_input_only, "elsewhere-1", OnlyHere(1))
         conn.execute("insert into ilr.workflows (id, name, version, input) values "  # past the client
@@ -126,6 +127,10 @@ def test_declared_input_type_refusals_hostile_tags_and_the_console(
             rt.signal("refuse-1", "go", {"s": {3}})
         _workers(workers, "W")
         assert rt.result("e-1", timeout=30) == {"type": "Line", "line": tf.Line("fig", 3)}
+        # a child's typed input and result, and a typed input across continue-as-new
+        assert rt.result("parent-1", timeout=30) == {
+            "label": tf.Label("3 x fig", date(2026, 1, 1)), "label_type": "Label",
+            "input": tf.Line("fig", 2)}  # fmt: skip
         refused = rt.result("refuse-1", timeout=30)["refused"]
         assert refused.startswith("NotRecordable: the status['tags']: a value of type set")
         assert rt.query("refuse-1") == tf.Stage.LABELLED

@@ -131,3 +131,19 @@ def status_refusal(ctx, inp: dict) -> dict:
 def typed_input_only(ctx, inp: object) -> str:
     """Whatever it is given, it only reports the type (its decode may leave it stuck)."""
     return type(inp).__name__
+
+
+@workflow(name="typed_child", version="1")
+def typed_child(ctx, line: Line) -> Label:
+    return Label(f"{line.qty} x {line.sku}", datetime.date(2026, 1, 1))
+
+
+@workflow(name="typed_parent", version="1")
+def typed_parent(ctx, line: Line) -> dict:
+    """A typed input to a child, its typed result back through the $done signal, then a typed
+    input across continue-as-new."""
+    child = ctx.child(typed_child, Line(line.sku, line.qty + 1))
+    label = ctx.wait_child(child)
+    if line.qty < 2:
+        ctx.continue_as_new(Line(line.sku, line.qty + 1))
+    return {"label": label, "label_type": type(label).__name__, "input": line}
