@@ -93,6 +93,10 @@ class Run:
     # write. Checked before every step body and model call, so a stalled load can never start
     # a body after the lease (as the database sees it) may have expired.
     local_deadline: float
+    # The clock jump a failover may bring (Worker max_clock_skew): the local deadline runs this
+    # much short of the lease, so a new primary whose clock is ahead takes over only after
+    # this worker stopped (docs/deployment.md#clocks).
+    clock_skew: float = 0.0
     parent_id: str | None = None
     claimed_now: datetime | None = None  # database time of the claim
     has_steps: bool = True  # False when the claim saw no recorded steps (nothing to replay)
@@ -101,7 +105,7 @@ class Run:
 
     def renewed(self, t0: float) -> None:
         with self.lock:
-            self.local_deadline = max(self.local_deadline, t0 + self.lease_ttl)
+            self.local_deadline = max(self.local_deadline, t0 + self.lease_ttl - self.clock_skew)
 
 
 @dataclass(frozen=True)
@@ -540,7 +544,10 @@ class WorkflowContext:
         if row is not None:
             return
         self._frontier(flush=False)
-        self._record(seq, "step", STATUS_STEP, output=json.loads(text), defer=True)
+        # deferred like a step's record (no as_stored round trip: nothing reads it back here)
+        self._pending.append(
+            self._step_params(seq, "step", STATUS_STEP, json.loads(text), None, None)
+        )
 
     def _wait(self, seq: int, kind: str, name: str, first_until: Callable[[datetime], datetime] | None,
               signal: str | None, proposal: Any = None) -> Any:  # fmt: skip
