@@ -93,6 +93,10 @@ class Run:
     # write. Checked before every step body and model call, so a stalled load can never start
     # a body after the lease (as the database sees it) may have expired.
     local_deadline: float
+    # The clock jump a failover may bring (Worker max_clock_skew): the local deadline runs this
+    # much short of the lease, so a new primary whose clock is ahead takes over only after
+    # this worker stopped (docs/deployment.md#clocks).
+    clock_skew: float = 0.0
     parent_id: str | None = None
     claimed_now: datetime | None = None  # database time of the claim
     has_steps: bool = True  # False when the claim saw no recorded steps (nothing to replay)
@@ -101,7 +105,7 @@ class Run:
 
     def renewed(self, t0: float) -> None:
         with self.lock:
-            self.local_deadline = max(self.local_deadline, t0 + self.lease_ttl)
+            self.local_deadline = max(self.local_deadline, t0 + self.lease_ttl - self.clock_skew)
 
 
 @dataclass(frozen=True)
