@@ -302,3 +302,29 @@ def test_the_queue_cli(dsn, capsys) -> None:
     assert exit_.value.code == 2 and "priority" in capsys.readouterr().err
     assert cli.main(["worker", "--module", "flows", "--queue", ",", "--dsn", dsn]) == 2
     assert "at least one queue" in capsys.readouterr().err
+
+
+def test_two_claimers_cannot_both_take_the_last_slot(dsn) -> None:
+    """Deterministic form of the cross-worker race: one claimer holds its claim of the last
+    slot uncommitted; a second one must wait for the queue's lock and then find it taken.
+    Without the lock it would count the uncommitted claim as free and take a second run."""
+    with Runtime(dsn) as rt:
+        rt.register(queued_work)
+        rt.queue("one", concurrency=1)
+        start_all(rt, Path("."), ["last-1", "last-2"], hold=0.01, queue="one")
+    params = {"names": [FLOW], "versions": ["1"], "limit": 4, "ttl": 30}
+    got: dict[str, list] = {}
+    with db.connect(dsn) as first, db.connect(dsn) as second:
+        with first.transaction():
+            first.execute(db.query("queue_lock"), {"limited": ["one"]})
+            # scan 1: last-2 stays unlocked, free for a second claimer to take
+            got["first"] = first.execute(db.query("claim_limited"), {
+                **params, "owner": "first", "queues": ["one"], "limited": ["one"],
+                "scan": 1}).fetchall()  # fmt: skip
+            t = threading.Thread(target=lambda: got.__setitem__(
+                "second", queueing.Claimer(["one"]).claim(second, {**params, "owner": "second"})))  # fmt: skip
+            t.start()
+            time.sleep(0.5)
+            assert "second" not in got, got  # waiting for the queue's lock
+        t.join(10)
+    assert len(got["first"]) == 1 and got["second"] == []
