@@ -19,7 +19,11 @@
 (* SettleMargin after its send_deadline (SERVER_SLOW lifts it), A3         *)
 (* external premises are true as of their read (PremiseTrueAtSend shows    *)
 (* the window), A4 durable commits, A5 the database and worker clocks tick *)
-(* together here.                                                          *)
+(* together, except that a failover (the event "failover") may move the    *)
+(* database clock by ClockJump ticks at once: the new primary's clock.     *)
+(* MaxSkew is the allowance the runtime is configured with (the worker's   *)
+(* --max-clock-skew shortens its local deadlines; settle_margin covers the *)
+(* target's bound plus MaxSkew); SkewPastAllowance jumps past it.          *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC
 
@@ -38,6 +42,9 @@ CONSTANTS
     DedupAge,       \* dedup_window - DEDUP_MARGIN: the protocol's tier-1 horizon
     DedupMargin,    \* DEDUP_MARGIN: the target keeps a key for DedupAge + DedupMargin ticks
     MaxCrashes,
+    ClockJump,      \* how far a failover moves the database clock, in ticks (0: no failover)
+    JumpBack,       \* TRUE: the new primary's clock is behind (the jump is -ClockJump)
+    MaxSkew,        \* the clock jump the runtime allows for (worker --max-clock-skew)
     MaxAttempts,    \* Temporal: attempts of the refund activity explored (unlimited in Temporal)
     URGENT          \* time advances only when no protocol step can happen (liveness)
 
@@ -51,8 +58,10 @@ ASSUME /\ Tier \in {1, 2, 3}
                       "early_takeover", "fence_without_epoch", "unfenced_commit",
                       "revoke_list_by_deadline", "no_local_recheck"}
        /\ Events \subseteq {"revoke", "hand_refund_full", "hand_refund_partial", "cancel",
-                            "prune_keys", "redecide", "local_change"}
+                            "prune_keys", "redecide", "local_change", "failover"}
        /\ LeaseTTL > SendTimeout
+       /\ ClockJump \in Nat /\ JumpBack \in BOOLEAN /\ MaxSkew \in Nat
+       /\ LeaseTTL > MaxSkew /\ SettleMargin >= MaxSkew
        \* the Temporal baselines model one activity (their keys 1 and 2 are its two runs)
        /\ TWO_EFFECTS => MODE = "interlock"
 
@@ -63,6 +72,9 @@ Payload0 == 20          \* the decided and approved amount (rt.approve binds it 
 Payload1 == 30          \* what a redecision offers
 Nobody == "nobody"
 Terminal == {"completed", "cancelled"}
+(* The worker's local lease deadline runs MaxSkew short of the lease, so that a new primary
+   whose clock is ahead by up to MaxSkew takes over only after the old holder stopped. *)
+LocalTTL == LeaseTTL - MaxSkew
 
 (***************************************************************************)
 (* Effects are numbered in workflow order; effect e has the step row       *)
@@ -127,7 +139,8 @@ IdleW == [pc |-> "idle", epoch |-> 0, deadline |-> -1, snap |-> FALSE, readOk |-
 GhostFlags == [unfenced |-> FALSE, earlyTakeover |-> FALSE, tookOver |-> FALSE,
                lastRecheckFailed |-> [e \in Effs |-> FALSE], ambTier |-> [e \in Effs |-> 0],
                recoverySent |-> FALSE, revokeMissed |-> FALSE, resendAfterCancel |-> FALSE,
-               renewed |-> FALSE]
+               renewed |-> FALSE, jumped |-> FALSE,
+               takeoverAfterJump |-> FALSE, recoverySendAfterJump |-> FALSE]
 (***************************************************************************)
 (* The send history is kept as monotone flags, one per send invariant:    *)
 (* "some send so far failed this check".  Every send invariant is a       *)
@@ -235,9 +248,10 @@ Claim(w) ==
        \/ wfStatus = "running" /\ (leaseExp <= now \/ Broken("early_takeover"))
     /\ wfEpoch' = wfEpoch + 1 /\ wfStatus' = "running" /\ leaseExp' = now + LeaseTTL
     /\ ghost' = [ghost EXCEPT !.tookOver = @ \/ wfStatus = "running",
+                              !.takeoverAfterJump = @ \/ (wfStatus = "running" /\ ghost.jumped),
                               !.earlyTakeover = @ \/ (wfStatus = "running" /\ leaseExp > now)]
     /\ ws' = [ws EXCEPT ![w].pc = "load", ![w].epoch = wfEpoch + 1,
-                        ![w].deadline = now + LeaseTTL]
+                        ![w].deadline = now + LocalTTL]
     /\ UNCHANGED <<now, stepVars, effVars, worldVars, up, targetVars, sends, effSends, sendBad,
                    lastSendDL, lateResults, lateAcks, crashes, temporalVars>>
 
@@ -255,7 +269,7 @@ Heartbeat(w) ==
     /\ IF Fence(w)
        THEN /\ leaseExp # now + LeaseTTL
             /\ leaseExp' = now + LeaseTTL
-            /\ ws' = [ws EXCEPT ![w].deadline = now + LeaseTTL]
+            /\ ws' = [ws EXCEPT ![w].deadline = now + LocalTTL]
             /\ ghost' = [ghost EXCEPT !.renewed = TRUE]
        ELSE /\ ws[w].deadline > now
             /\ ws' = [ws EXCEPT ![w].deadline = now]
@@ -307,7 +321,7 @@ RecordPlain(w) ==
        THEN /\ stepRow' = [stepRow EXCEPT !["plain"] = TRUE]
             /\ rowWrites' = [rowWrites EXCEPT !["plain"] = @ + 1]
             /\ leaseExp' = NewLease(w) /\ ghost' = Unfenced(w)
-            /\ ws' = [ws EXCEPT ![w].pc = "effect", ![w].eff = 1, ![w].deadline = now + LeaseTTL]
+            /\ ws' = [ws EXCEPT ![w].pc = "effect", ![w].eff = 1, ![w].deadline = now + LocalTTL]
        ELSE Idle(w) /\ UNCHANGED <<stepRow, rowWrites, leaseExp, ghost>>
     /\ UNCHANGED <<now, wfStatus, wfEpoch, plainRerun, effVars, worldVars, up, targetVars,
                    sends, effSends, sendBad, lastSendDL, lateResults, lateAcks, crashes,
@@ -336,7 +350,7 @@ DispatchBegin(w) ==
     /\ At(w, "dbegin") /\ RowFree(w)
     /\ IF FenceOk(w)
        THEN /\ ws' = [ws EXCEPT ![w].txnNow = now, ![w].fenced = Fence(w), ![w].pc = "dcommit",
-                                ![w].deadline = now + LeaseTTL]
+                                ![w].deadline = now + LocalTTL]
             /\ leaseExp' = NewLease(w)
        ELSE Idle(w) /\ UNCHANGED leaseExp
     /\ UNCHANGED <<now, wfStatus, wfEpoch, stepVars, effVars, worldVars, up, targetVars,
@@ -421,7 +435,7 @@ SendBytes(w, m) ==
         g == GrantOf(e)
     IN
     /\ wire' = wire \cup {[id |-> sends + 1, key |-> m.key, by |-> w, eff |-> e,
-                           processBy |-> Max(m.deadline, now) + SettleMargin]}
+                           processBy |-> Max(m.deadline, now) + SettleMargin - MaxSkew]}
     /\ sends' = sends + 1
     /\ effSends' = [effSends EXCEPT ![e] = @ + 1]
     /\ sendBad' = [sendBad EXCEPT
@@ -437,7 +451,8 @@ SendBytes(w, m) ==
           !.tier3 = @ \/ (effSends[e] > 0
                           /\ (Tier = 3 \/ (Tier = 1 /\ ~Queryable /\ m.pastWindow)))]
     /\ lastSendDL' = [lastSendDL EXCEPT ![e] = m.deadline]
-    /\ ghost' = [ghost EXCEPT !.recoverySent = @ \/ m.recovery]
+    /\ ghost' = [ghost EXCEPT !.recoverySent = @ \/ m.recovery,
+                              !.recoverySendAfterJump = @ \/ (m.recovery /\ ghost.jumped)]
 
 Send(w) ==
     /\ Interlock /\ At(w, "send")
@@ -507,7 +522,7 @@ TCommit(w) ==
     /\ ws' = [ws EXCEPT ![w].pc = IF Broken("commit_without_checkpoint") THEN "ckpt"
                                   ELSE NextPc(e),
                         ![w].eff = IF Broken("commit_without_checkpoint") THEN e ELSE NextEff(e),
-                        ![w].deadline = IF FenceOk(w) THEN now + LeaseTTL ELSE @]
+                        ![w].deadline = IF FenceOk(w) THEN now + LocalTTL ELSE @]
     /\ UNCHANGED <<now, wfStatus, wfEpoch, plainRerun, boundPayload, dispEpoch, firstDispatch,
                    sendDeadline, worldVars, up, targetVars, sends, effSends, sendBad, lastSendDL,
                    lateResults, lateAcks, crashes, temporalVars>>
@@ -518,7 +533,7 @@ Checkpoint(w) ==
     /\ IF FenceOk(w) /\ ~stepRow[StepOf(e)]
        THEN /\ RecordEffectStep(e) /\ leaseExp' = NewLease(w) /\ ghost' = Unfenced(w)
             /\ ws' = [ws EXCEPT ![w].pc = NextPc(e), ![w].eff = NextEff(e),
-                                ![w].deadline = now + LeaseTTL]
+                                ![w].deadline = now + LocalTTL]
        ELSE Idle(w) /\ UNCHANGED <<stepRow, rowWrites, leaseExp, ghost>>
     /\ UNCHANGED <<now, wfStatus, wfEpoch, plainRerun, effVars, worldVars, up, targetVars,
                    sends, effSends, sendBad, lastSendDL, lateResults, lateAcks, crashes,
@@ -589,7 +604,7 @@ Resend(w, via) ==
     LET e == Cur(w) IN
     /\ dispEpoch' = [dispEpoch EXCEPT ![e] = ws[w].epoch]
     /\ sendDeadline' = [sendDeadline EXCEPT ![e] = now + SendTimeout]
-    /\ ws' = [ws EXCEPT ![w].pc = "send", ![w].via = via, ![w].deadline = now + LeaseTTL,
+    /\ ws' = [ws EXCEPT ![w].pc = "send", ![w].via = via, ![w].deadline = now + LocalTTL,
               ![w].meta = [liveClaim |-> Fence(w), grantOk |-> GrantCovers(e, boundPayload[e]),
                            premiseOk |-> ws[w].readOk /\ localOk, payload |-> boundPayload[e],
                            recheckOk |-> ~Broken("naive_recovery"), afterCancel |-> cancelReq,
@@ -603,7 +618,7 @@ Resolved(w, kind, via, st) ==
     /\ effState' = [effState EXCEPT ![e] = st]
     /\ RecordEffectStep(e)
     /\ ws' = [ws EXCEPT ![w].pc = NextPc(e), ![w].eff = NextEff(e),
-                        ![w].deadline = now + LeaseTTL]
+                        ![w].deadline = now + LocalTTL]
     /\ UNCHANGED <<dispEpoch, sendDeadline, boundPayload, firstDispatch>>
 
 TResolve(w) ==
@@ -804,11 +819,15 @@ LocalChange ==
 (* The target forgets keys older than its window (EMULATED prune). Measured from the effect's
    first dispatch, which is never later than the key's creation: an over-approximation. *)
 KeyEff(k) == IF Temporal THEN 1 ELSE k
+(* After a backward clock jump the target, on its own clock, is ClockJump ticks further on
+   than the database's: keys may be that much older than the database's times say (applied to
+   every key: an over-approximation). *)
+KeyAgeSlack == IF ghost.jumped /\ JumpBack THEN ClockJump ELSE 0
 KeyOld(k) == firstDispatch[KeyEff(k)] >= 0
-             /\ now - firstDispatch[KeyEff(k)] > DedupAge + DedupMargin
+             /\ now + KeyAgeSlack - firstDispatch[KeyEff(k)] > DedupAge + DedupMargin
 PruneKeys ==
     /\ "prune_keys" \in Events /\ Tier = 1 /\ ~keysPruned
-    /\ \E e \in Effs : firstDispatch[e] >= 0 /\ now - firstDispatch[e] > DedupAge + DedupMargin
+    /\ \E e \in Effs : KeyOld(e)
     /\ keys' = {k \in keys : ~KeyOld(k)} /\ keysPruned' = TRUE
     /\ UNCHANGED <<now, wfVars, stepVars, effVars, worldVars, up, ws, wire, ledger, histVars,
                    temporalVars>>
@@ -828,6 +847,33 @@ Redecide ==
                    firstDispatch, sendDeadline, journal, grantRevoked, revokeReturned,
                    handRefund, cancelReq, localOk, up, ws, targetVars, histVars, tAttempt,
                    tStart>>
+
+(***************************************************************************)
+(* A failover to a server whose clock differs by ClockJump (world/pg_pair  *)
+(* runs one under libfaketime): between transactions, the database clock   *)
+(* `now` jumps by Jump (JumpBack: backwards, as when failing back).  The   *)
+(* model's times are on the database clock, so the worker's local          *)
+(* deadlines and stopwatches, the target's processing bound and the ghost  *)
+(* send deadlines, which live on other clocks, keep their real-time        *)
+(* meaning by moving with it.  Leases, send deadlines and first dispatch   *)
+(* times in the database stay as written: the new primary judges them by   *)
+(* its clock.                                                              *)
+(***************************************************************************)
+Jump == IF JumpBack THEN -ClockJump ELSE ClockJump
+Shift(t) == IF t >= 0 THEN t + Jump ELSE t
+
+Failover ==
+    /\ Interlock /\ "failover" \in Events /\ ClockJump # 0 /\ ~ghost.jumped /\ NoTxn
+    /\ 0 <= now + Jump /\ now + Jump <= MaxClock
+    /\ \A e \in Effs : lastSendDL[e] < 0 \/ lastSendDL[e] + Jump >= 0
+    /\ now' = now + Jump
+    /\ ws' = [w \in Workers |-> [ws[w] EXCEPT !.deadline = Shift(@), !.sendBy = Shift(@),
+                                             !.meta.deadline = Shift(@)]]
+    /\ wire' = {[r EXCEPT !.processBy = @ + Jump] : r \in wire}
+    /\ lastSendDL' = [e \in Effs |-> Shift(lastSendDL[e])]
+    /\ ghost' = [ghost EXCEPT !.jumped = TRUE]
+    /\ UNCHANGED <<wfVars, stepVars, effVars, worldVars, up, ledger, keys, keysPruned, sends,
+                   effSends, sendBad, lateResults, lateAcks, crashes, temporalVars>>
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -849,7 +895,7 @@ Progress ==
     \/ TTimeout \/ TFinish
 
 World == \/ \E g \in Grants : Revoke(g)
-         \/ HandRefund \/ Cancel \/ LocalChange \/ PruneKeys \/ Redecide
+         \/ HandRefund \/ Cancel \/ LocalChange \/ PruneKeys \/ Redecide \/ Failover
          \/ \E w \in Workers : Crash(w) \/ Heartbeat(w)
 
 Tick ==
@@ -947,6 +993,10 @@ Reach_PlainRecorded == stepRow["plain"]
 Reach_StaleLoad == \E w \in Workers : At(w, "run") /\ stepRow["plain"]
 Reach_Takeover == ghost.tookOver
 Reach_Renewed == ghost.renewed
+(* After a failover moved the database clock: a takeover judged by the new clock, and a
+   recovery send whose settle window was judged by it. *)
+Reach_TakeoverAfterJump == ghost.takeoverAfterJump
+Reach_RecoverySendAfterJump == ghost.recoverySendAfterJump
 Reach_Send == sends >= 1
 Reach_Resend == \E e \in Effs : effSends[e] >= 2
 Reach_RecoverySend == ghost.recoverySent

@@ -26,7 +26,7 @@ HEADER = (
 
 RUNTIME_ORDER = ("Workers", "Tier", "Queryable", "MODE", "BROKEN", "PAUSE", "SERVER_SLOW",
                  "TWO_EFFECTS", "SHARED_GRANT", "Events", "MaxClock", "LeaseTTL", "SendTimeout", "SettleMargin", "DedupAge",
-                 "DedupMargin", "MaxCrashes", "MaxAttempts", "URGENT")  # fmt: skip
+                 "DedupMargin", "MaxCrashes", "ClockJump", "JumpBack", "MaxSkew", "MaxAttempts", "URGENT")  # fmt: skip
 
 
 def _tla_value(v) -> str:

@@ -151,9 +151,12 @@ class Fleet:
     def _spawn(self, slot: int, armed: bool = False) -> WorkerProcess:
         gen = sum(1 for w in self.all if w.worker_id.startswith(f"s{slot}-"))
         env = {"ILR_KILL_AT": self.cfg["kill_point"]} if armed else {}
+        # a standby whose clock is off: the workers allow for it (docs/deployment.md#clocks)
+        skew = abs(self.cfg.get("standby_clock_offset") or 0.0)
         w = WorkerProcess(self.dsn, f"s{slot}-{gen}", self.log_dir, "prove.soak_flows",
                           pythonpath=str(ROOT), cwd=str(ROOT), lease_ttl=self.cfg["lease_ttl"],
-                          poll=self.cfg["poll"], concurrency=self.cfg["concurrency"], env=env)  # fmt: skip
+                          poll=self.cfg["poll"], concurrency=self.cfg["concurrency"], env=env,
+                          extra_args=("--max-clock-skew", str(skew)) if skew else ())  # fmt: skip
         self.stack.callback(w.close)
         with self.lock:
             self.all.append(w)
@@ -733,7 +736,8 @@ def render(r: dict) -> str:
               "Times are seconds from the crash (this process's monotonic clock)."
               + (f" Node b's clock runs {cfg['standby_clock_offset']:g} s ahead of this "
                  "machine's (libfaketime): while b is the primary, the database's now() is "
-                 "b's. The targets and the workers keep this machine's clock. The harness "
+                 "b's; the workers run with --max-clock-skew "
+                 f"{abs(cfg['standby_clock_offset']):g} (docs/deployment.md#clocks). The targets and the workers keep this machine's clock. The harness "
                  "measures each node's clock against this machine's (clock_timestamp() between "
                  "two time.time() readings) and logs when each node became the primary; the "
                  "checks read the world's times (target arrivals, ledger rows, worker events, "

@@ -79,8 +79,10 @@ class Worker:
         if lease_ttl <= 0 or poll <= 0 or concurrency < 1:
             raise ValueError("lease_ttl and poll must be > 0 and concurrency >= 1")
         if not 0 <= max_clock_skew < lease_ttl / 2:
-            raise ValueError("max_clock_skew must be >= 0 and below half of lease_ttl: raise "
-                             "lease_ttl, or bound the clock difference between database servers")
+            raise ValueError(
+                "max_clock_skew must be >= 0 and below half of lease_ttl: raise "
+                "lease_ttl, or bound the clock difference between database servers"
+            )
         self.dsn = dsn
         self.defs: dict[tuple[str, str], WorkflowDef] = {}
         for wf in map(definition, workflows):
@@ -466,18 +468,22 @@ def main(argv: list[str] | None = None) -> int:
     if not defs:
         print(f"interlock worker: no @workflow found in {', '.join(args.module)}", file=sys.stderr)
         return 1
-    worker = Worker(
-        args.dsn or local_postgres.dsn(),
-        defs,
-        worker_id=args.worker_id,
-        concurrency=args.concurrency,
-        lease_ttl=args.lease_ttl,
-        max_clock_skew=args.max_clock_skew,
-        poll=args.poll,
-        allow_code_change=args.allow_code_change,
-        queues=None if args.queue is None else args.queue.split(","),
-        schedules=not args.no_schedules,
-    )
+    try:
+        worker = Worker(
+            args.dsn or local_postgres.dsn(),
+            defs,
+            worker_id=args.worker_id,
+            concurrency=args.concurrency,
+            lease_ttl=args.lease_ttl,
+            max_clock_skew=args.max_clock_skew,
+            poll=args.poll,
+            allow_code_change=args.allow_code_change,
+            queues=None if args.queue is None else args.queue.split(","),
+            schedules=not args.no_schedules,
+        )
+    except ValueError as exc:
+        print(f"interlock worker: {exc}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     try:
