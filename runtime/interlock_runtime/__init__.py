@@ -29,6 +29,7 @@ from .errors import (
     RecordedTypeError,
     SchemaMismatch,
     StepFailed,
+    StepTimedOut,
     Suspend,
     TargetRejected,
     UnknownWorkflow,
@@ -37,6 +38,7 @@ from .errors import (
     WorkflowFailed,
     WorkflowFinished,
     WorkflowNotFound,
+    WorkflowTimedOut,
 )
 from .runtime import Runtime
 from .targets import EffectTarget, HttpTarget
@@ -73,6 +75,7 @@ __all__ = [
     "Runtime",
     "SchemaMismatch",
     "StepFailed",
+    "StepTimedOut",
     "Suspend",
     "TargetRejected",
     "UnknownWorkflow",
@@ -83,5 +86,6 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowFinished",
     "WorkflowNotFound",
+    "WorkflowTimedOut",
     "workflow",
 ]

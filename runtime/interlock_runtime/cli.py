@@ -164,10 +164,24 @@ def _describe(args: argparse.Namespace) -> int:
     for key in ("id", "name", "version", "status", "epoch", "owner", "lease_expires_at",
                 "available_at", "waiting", "cancel_requested_at", "result", "error", "parent_id",
                 "continued_from", "forked_from", "created_at", "updated_at", "queue", "priority",
-                "queue_key", "started_at"):  # fmt: skip
+                "queue_key", "started_at", "execution_timeout", "execution_deadline",
+                "execution_seconds_left"):  # fmt: skip
         print(f"{key:>20}: {_cell(wf.get(key))}")
+    for fired in wf.get("timed_out", []):  # docs/timeouts.md: which timeout fired
+        what = (
+            "the workflow"
+            if fired["seq"] is None
+            else f"step {fired['name']!r} (seq {fired['seq']})"
+        )
+        limit = "" if fired["limit"] is None else f" of {fired['limit']:g} s"
+        print(f"{'timed out':>20}: {what}: {fired['timeout']}{limit}")
     print("\nsteps")
     print_table(wf["steps"], ["seq", "kind", "name", "epoch", "output", "error", "created_at"])
+    if wf.get("step_timers"):
+        print("\nstep timeouts")
+        print_table(wf["step_timers"], ["seq", "name", "start_to_close", "schedule_to_close",
+                                        "attempts", "first_started_at", "attempt_deadline",
+                                        "step_deadline"])  # fmt: skip
     print("\nclaims")
     print_table(wf["claims"], ["epoch", "owner", "version", "claimed_at", "prev_status",
                                "prev_lease_expires_at"])  # fmt: skip
@@ -199,7 +213,8 @@ def _start(args: argparse.Namespace) -> int:
     with _runtime(args) as rt:
         wf_id = rt.start(args.name, args.id, value, version=args.version, queue=args.queue,
                          priority=args.priority, queue_key=args.queue_key,
-                         dedup_id=args.dedup_id, wait_for_worker=not args.require_deployed)  # fmt: skip
+                         dedup_id=args.dedup_id, wait_for_worker=not args.require_deployed,
+                         execution_timeout=args.execution_timeout)  # fmt: skip
         version = rt.describe(wf_id)["version"]
     if version is None:  # docs/queues.md: it runs once a worker registers the workflow
         wanted = f"{args.name}@{args.version}" if args.version else args.name
@@ -375,6 +390,12 @@ def _db(args: argparse.Namespace) -> int:
     return 0
 
 
+def _timeout(text: str) -> float | None:
+    from . import timeouts
+
+    return timeouts.check_seconds(text, "--execution-timeout", from_text=True)
+
+
 def _seconds(text: str) -> float | None:
     return validate.seconds(text, "the value", from_text=True)
 
@@ -453,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what the queue's per-key limits count, e.g. a customer (default: none)")  # fmt: skip
     p.add_argument("--dedup-id", metavar="ID", help="refused while a live run of the queue has "
                    "the same one (default: none)")  # fmt: skip
+    p.add_argument("--execution-timeout", type=checked(_timeout), default=None,
+                   metavar="SECONDS", help="end it as timed_out this long after the start, "
+                   "wherever it is, children and successors included (default: no limit)")  # fmt: skip
     p.add_argument("--require-deployed", action="store_true",
                    help="refuse (exit 1) when no deployment serves the workflow, instead of "
                    "recording it as awaiting_worker until a worker serves it")  # fmt: skip

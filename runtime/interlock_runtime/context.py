@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from . import codec, db, killpoints, validate
+from . import codec, db, killpoints, timeouts, validate
 from .effects import run_effect
 from .errors import (
     Cancelled,
@@ -34,11 +34,14 @@ from .errors import (
     RecordedTypeError,
     Release,
     StepFailed,
+    StepTimedOut,
     Suspend,
     WorkflowFailed,
+    WorkflowTimedOut,
 )
 from .events import emit
 from .run_port import RunPort
+from .vocabulary import TimeoutKind
 from .workflow import definition
 
 
@@ -47,6 +50,12 @@ class RetryPolicy:
     """Temporal's retry defaults: 1 s initial, x2 backoff, cap 100 x initial, unlimited attempts.
 
     non_retryable holds exception classes or class names; a matching error fails the step at once.
+
+    Timeouts (seconds, None: no limit; docs/timeouts.md): `start_to_close` bounds one attempt
+    (an attempt past it is abandoned and counts as failed, StepTimedOut, retried like any
+    failure), `schedule_to_close` bounds the whole step, all attempts and backoffs, from its
+    first attempt's start as recorded in the database (a crash does not restart it); past it
+    the step fails with StepTimedOut, not retried.
     """
 
     initial: float = 1.0
@@ -54,10 +63,21 @@ class RetryPolicy:
     max_interval: float | None = None
     max_attempts: int = 0
     non_retryable: tuple[type[BaseException] | str, ...] = ()
+    start_to_close: float | None = None
+    schedule_to_close: float | None = None
 
     def __post_init__(self) -> None:
         if self.initial <= 0 or self.backoff < 1 or self.max_attempts < 0:
             raise ValueError("RetryPolicy needs initial > 0, backoff >= 1 and max_attempts >= 0")
+        # InvalidInput is a ValueError too: NaN, negative, zero, over ten years, not a number
+        object.__setattr__(self, "start_to_close",
+                           timeouts.check_seconds(self.start_to_close, "start_to_close"))  # fmt: skip
+        object.__setattr__(self, "schedule_to_close",
+                           timeouts.check_seconds(self.schedule_to_close, "schedule_to_close"))  # fmt: skip
+
+    @property
+    def timed(self) -> bool:
+        return self.start_to_close is not None or self.schedule_to_close is not None
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
@@ -67,6 +87,8 @@ class RetryPolicy:
     def retries(self, exc: BaseException, attempt: int) -> bool:
         if self.max_attempts and attempt >= self.max_attempts:
             return False
+        if isinstance(exc, StepTimedOut) and exc.timeout == "schedule_to_close":
+            return False  # the step's whole budget is spent
         for item in self.non_retryable:
             if isinstance(item, str):
                 if any(item in (c.__name__, c.__qualname__) for c in type(exc).__mro__):
@@ -99,6 +121,10 @@ class Run:
     clock_skew: float = 0.0
     parent_id: str | None = None
     claimed_now: datetime | None = None  # database time of the claim
+    # docs/timeouts.md: the workflow's execution deadline (database time) and the same as a
+    # local monotonic time, set from the claim's now() (so it can only fall late)
+    execution_deadline: datetime | None = None
+    execution_local: float | None = None
     has_steps: bool = True  # False when the claim saw no recorded steps (nothing to replay)
     fenced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -119,6 +145,8 @@ class Decision:
 
 
 def _error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
+    if isinstance(exc, StepTimedOut):  # which limit fired, not a traceback of the waiting
+        return {**exc.error, "attempt": attempt}
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     return {
         "type": type(exc).__qualname__,
@@ -126,6 +154,13 @@ def _error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
         "attempt": attempt,
         "traceback": "".join(tb[-12:]),
     }
+
+
+def step_error(name: str, error: dict[str, Any]) -> StepFailed:
+    """The exception a recorded step failure raises, on the first run and on every replay."""
+    if isinstance(error, dict) and error.get("type") == "StepTimedOut":
+        return StepTimedOut(name, error)
+    return StepFailed(name, error)
 
 
 def request_hash(request: Any) -> str:
@@ -172,6 +207,7 @@ class WorkflowContext:
         self.worker_id = worker_id
         self._port = _ContextPort(self)
         self._input: Any = _UNREAD
+        self._clock: timeouts.StepClock | None = None  # the running attempt's timeouts
 
     # -- identity -------------------------------------------------------------------------
 
@@ -246,6 +282,9 @@ class WorkflowContext:
             self._raise(
                 Fenced(f"{run.workflow_id}: local lease deadline passed (epoch {run.epoch})")
             )
+        if run.execution_local is not None and time.monotonic() >= run.execution_local:
+            self._raise(WorkflowTimedOut(f"{run.workflow_id}: execution deadline "
+                                         f"{run.execution_deadline} passed"))  # fmt: skip
         if self._stopping.is_set():
             self._raise(Release(f"{run.workflow_id}: worker stopping"))
         if flush:
@@ -339,11 +378,11 @@ class WorkflowContext:
         seq, row = self._next("step", name)
         if row is not None:
             if row["error"] is not None:
-                raise StepFailed(name, row["error"])
+                raise step_error(name, row["error"])
             return self._decoded(row["output"], seq, "step", name)
         self._frontier()
 
-        def body() -> Any:
+        def checked() -> Any:
             output = fn(*args, **kwargs)
             # Verified completion: the body's own answer is not enough; the runner checks the
             # fact. A post-condition that fails or raises fails the attempt (retried, then
@@ -353,6 +392,9 @@ class WorkflowContext:
                     f"step {name!r}: postcondition does not hold for {output!r}"
                 )
             return output
+
+        def body() -> Any:
+            return self._bounded(checked)
 
         what = f"the result of step {name!r}"
         output = self._run_body(seq, "step", name, body, retry,
@@ -377,11 +419,25 @@ class WorkflowContext:
             raise StepFailed(name, error)
         emit("step_started", wf=self.workflow_id, epoch=self.epoch, seq=seq, kind=kind, name=name,
              attempt=attempt, worker=self.worker_id)  # fmt: skip
+        self._clock = None
         try:
+            if policy.timed:  # docs/timeouts.md: the attempt's start, committed before the body
+                with self._fenced_write():
+                    self._clock = timeouts.start_attempt(
+                        self._conn, self.workflow_id, seq, name, attempt,
+                        policy.start_to_close, policy.schedule_to_close)  # fmt: skip
+                if self._clock.no_time_for(0):
+                    raise self._clock.error(TimeoutKind.SCHEDULE_TO_CLOSE, attempt)
             output = body()
         except Exception as exc:  # the body failed: retry later, or record the failure
             if policy.retries(exc, attempt):
-                self._suspend_for_retry(seq, name, attempt, policy.delay(attempt))
+                delay = policy.delay(attempt)
+                if self._clock is not None and self._clock.no_time_for(delay):
+                    # no attempt could start before the step's deadline: it fails now, timed out
+                    exc = self._clock.error(TimeoutKind.SCHEDULE_TO_CLOSE, attempt,
+                                            cause=_error_record(exc, attempt))  # fmt: skip
+                else:
+                    self._suspend_for_retry(seq, name, attempt, delay)
             self._fail(seq, kind, name, exc, attempt, fingerprint)
         try:
             output = json.loads(db.to_json_text(shape(output), f"the result of {kind} {name!r}"))
@@ -396,7 +452,34 @@ class WorkflowContext:
               fingerprint: str | None) -> None:  # fmt: skip
         error = _error_record(exc, attempt)
         self._record(seq, kind, name, error=error, fingerprint=fingerprint, defer=True)
-        raise StepFailed(name, error) from exc
+        raise step_error(name, error) from exc
+
+    def _bounded(self, body: Callable[[], Any]) -> Any:
+        """Run a step's body (or a model call) within the current attempt's timeouts and the
+        workflow's execution deadline (docs/timeouts.md); with none, inline as always. Past the
+        first deadline the attempt is abandoned: StepTimedOut for a step limit (a failed
+        attempt), WorkflowTimedOut for the workflow's."""
+        clock, run = self._clock, self._run
+        limits: list[tuple[float, str]] = []
+        if clock is not None and clock.attempt_deadline is not None:
+            limits.append((clock.attempt_deadline, TimeoutKind.START_TO_CLOSE))
+        if clock is not None and clock.step_deadline is not None:
+            limits.append((clock.step_deadline, TimeoutKind.SCHEDULE_TO_CLOSE))
+        if run.execution_local is not None:
+            limits.append((run.execution_local, TimeoutKind.EXECUTION))
+        if not limits:
+            return body()
+        deadline, kind = min(limits)
+        try:
+            return timeouts.run_until(body, deadline)
+        except timeouts.Abandoned:
+            pass
+        emit("step_abandoned", wf=self.workflow_id, epoch=self.epoch, seq=self._seq,
+             timeout=str(kind), worker=self.worker_id)  # fmt: skip
+        if kind == TimeoutKind.EXECUTION or clock is None:
+            self._raise(WorkflowTimedOut(f"{run.workflow_id}: execution deadline "
+                                         f"{run.execution_deadline} passed during a step"))  # fmt: skip
+        raise clock.error(TimeoutKind(kind), clock.attempt)
 
     def _attempt(self, seq: int) -> int:
         """docs/design.md#durable-replay: attempt = waiting.attempt + takeovers, so a crash loop spends retries."""
@@ -452,7 +535,7 @@ class WorkflowContext:
                         self._conn.execute(db.query("log_llm_call"), params)
                 else:
                     self._conn.execute(db.query("log_llm_call"), params)
-                return call(request)
+                return self._bounded(lambda: call(request))  # the model call only
 
             def shape(response: Any) -> dict[str, Any]:
                 meta = response if isinstance(response, dict) else {}
@@ -463,7 +546,7 @@ class WorkflowContext:
             output = self._run_body(seq, "decide", name, ask, retry, fingerprint=rhash,
                                     shape=shape, after_body="decide_after_response")  # fmt: skip
         elif row["error"] is not None:
-            raise StepFailed(name, row["error"])
+            raise step_error(name, row["error"])
         else:
             output = row["output"]
         ref = {"workflow_id": self.workflow_id, "seq": seq, "request_hash": rhash}
@@ -738,7 +821,7 @@ STATUS_STEP = "$status"
 # A workflow ending so ends its own grants (its approvals: principal workflow:<id>), revoked as
 # 'workflow finished' in the transaction that ends it (query end_workflow_grants). A stuck one
 # keeps them: an operator may still resolve its open effects (rt.recover_orphans) under them.
-ENDS_GRANTS = ("completed", "failed", "cancelled", "continued")
+ENDS_GRANTS = ("completed", "failed", "cancelled", "continued", "timed_out")
 
 
 def _approval(payload: Any) -> dict[str, Any] | None:

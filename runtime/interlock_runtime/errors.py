@@ -89,6 +89,17 @@ class StepFailed(InterlockError):
         super().__init__(f"step {name!r} failed: {error.get('type')}: {error.get('message')}")
 
 
+class StepTimedOut(StepFailed):
+    """A step ran out of time (docs/timeouts.md): `timeout` says which limit fired,
+    "start_to_close" (one attempt, retried while the policy allows) or "schedule_to_close" (all
+    attempts from the first one's start). Recorded like any step failure, so a replay raises
+    it again; `error` holds the record (limit, attempts, the last attempt's error as cause)."""
+
+    def __init__(self, name: str, error: dict[str, Any]):
+        self.timeout = str(error.get("timeout", ""))
+        super().__init__(name, error)
+
+
 class PostconditionFailed(InterlockError):
     """A step's post-condition did not hold (or raised): the attempt failed, closed."""
 
@@ -128,6 +139,12 @@ class NonDeterminism(BaseException):
 
 class Cancelled(BaseException):
     """The workflow was cancelled; raised once, at the first durable call after the cancel."""
+
+
+class WorkflowTimedOut(BaseException):
+    """The workflow's execution deadline passed (docs/timeouts.md): the run ends `timed_out` at
+    this durable call. Not catchable by `except Exception`, like Cancelled it cannot be
+    ignored; unlike Cancelled there is no time left to compensate in."""
 
 
 class ContinuedAsNew(BaseException):

@@ -28,6 +28,7 @@ from . import (
     local_postgres,
     migrations,
     receipts,
+    timeouts,
     validate,
 )
 from . import queues as queueing
@@ -136,6 +137,7 @@ class Runtime:
         queue_key: str | None = None,
         dedup_id: str | None = None,
         wait_for_worker: bool = True,
+        execution_timeout: float | None = None,
     ) -> str:
         """Start a workflow, idempotent on wf_id. `workflow` is a name or a decorated function.
 
@@ -151,8 +153,14 @@ class Runtime:
         `awaiting_worker` and runs once a worker registers it: a given `version` waits for that
         version, none takes the newest live one at that registration (wait_for_worker=False
         refuses instead, UnknownWorkflow).
+
+        `execution_timeout` (seconds, None: none) bounds the whole workflow, its children and
+        its continue-as-new successors, from this start on the database clock; past it the
+        run ends `timed_out` wherever it is (docs/timeouts.md). A second start with the same
+        id must ask for the same timeout.
         """
         check_id(wf_id)
+        execution_timeout = timeouts.check_seconds(execution_timeout, "execution_timeout")
         version = validate.optional_name(version, "version")
         text = _input_text(codec.encode(input, "workflow input"))
         if isinstance(workflow, str):
@@ -177,15 +185,24 @@ class Runtime:
             inserted, _ = queueing.start_in(conn, wf_id=wf_id, version=resolved,
                                             wanted_version=version, **opts)  # fmt: skip
             if inserted:
+                if execution_timeout is not None:  # same transaction: now() is the start's
+                    timeouts.set_deadline(conn, wf_id, execution_timeout)
                 return wf_id
             existing = db.one(conn.execute(db.query("get_workflow"), {"id": wf_id}))
             same = queueing.same_start(conn, wf_id, existing, wanted=version, **opts)
+            recorded = timeouts.recorded_timeout(conn, wf_id)
+            same = (
+                same
+                and (recorded is None) == (execution_timeout is None)
+                and (recorded is None or abs(recorded - (execution_timeout or 0)) < 1e-6)
+            )
         if same:
             return wf_id
         raise WorkflowConflict(
             f"workflow id {wf_id!r} already exists as {existing['name']}@"
             f"{existing['version'] or '(no version yet)'} with a different name, version or input, "
-            "or other queue options; choose a new id to start another workflow"
+            "or other queue options or execution timeout; choose a new id to start another "
+            "workflow"
         )
 
     def _resolve_version(self, name: str, version: str | None) -> str:
@@ -207,7 +224,12 @@ class Runtime:
         )
 
     def describe(self, wf_id: str) -> db.Row:
-        """The workflow row, its steps and its claim history. Read only; runs no code."""
+        """The workflow row, its steps and its claim history. Read only; runs no code.
+
+        With the timeouts (docs/timeouts.md): `execution_timeout`, `execution_deadline`,
+        `execution_seconds_left` (negative once past), `step_timers` (each timed step's first
+        and last attempt start, attempts, and its deadlines) and `timed_out` (which timeouts
+        fired: a step's start_to_close or schedule_to_close, the workflow's execution)."""
         check_id(wf_id)
         row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
         if row is None:
@@ -215,6 +237,9 @@ class Runtime:
         row["steps"] = self._execute(db.query("load_steps"), {"wf": wf_id}).fetchall()
         row["claims"] = self.claim_history(wf_id)
         row["effects"] = self.effects(wf_id)
+        with self._lock:
+            row.update(timeouts.describe(self._live(), wf_id, row["steps"], row["status"],
+                                         row["error"]))  # fmt: skip
         return row
 
     def claim_history(self, wf_id: str) -> list[db.Row]:

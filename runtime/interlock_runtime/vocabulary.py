@@ -37,11 +37,20 @@ class WorkflowStatus(Word):
     CANCELLED = "cancelled"
     STUCK = "stuck"  # too many claims died without progress: an operator must look
     CONTINUED = "continued"  # ended by continue-as-new; its successor carries on
+    TIMED_OUT = "timed_out"  # its execution deadline passed (docs/timeouts.md)
 
 
 LIVE_STATUSES = (WorkflowStatus.AWAITING_WORKER, WorkflowStatus.PENDING, WorkflowStatus.RUNNING,
                  WorkflowStatus.SLEEPING)  # fmt: skip
 TERMINAL_STATUSES = tuple(s for s in WorkflowStatus if s not in LIVE_STATUSES)
+
+
+class TimeoutKind(Word):
+    """Which limit fired, in a timed-out step's or workflow's error record (docs/timeouts.md)."""
+
+    START_TO_CLOSE = "start_to_close"  # one attempt of a step
+    SCHEDULE_TO_CLOSE = "schedule_to_close"  # a step, all attempts from the first start
+    EXECUTION = "execution"  # the workflow, its children and successors
 
 
 class StepKind(Word):

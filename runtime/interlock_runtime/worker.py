@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from . import codec, db, durability, killpoints, local_postgres, migrations, validate
+from . import codec, db, durability, killpoints, local_postgres, migrations, timeouts, validate
 from .cli_parsing import Parser, checked
 from .context import ENDS_GRANTS, Run, WorkflowContext, port_of, workflow_input
 from .errors import (
@@ -37,6 +37,7 @@ from .errors import (
     Release,
     Suspend,
     UnsafeDatabase,
+    WorkflowTimedOut,
 )
 from .events import JsonLines, emit, log
 from .queues import Claimer, served
@@ -101,6 +102,7 @@ class Worker:
         self._active_lock = threading.Lock()
         self._slot_freed = threading.Event()
         self._local = threading.local()
+        self._next_sweep = 0.0  # monotonic time of the next timeouts.expire pass
         # A worker paused (SIGSTOP, a VM freeze) inside a transaction would hold its row locks,
         # and claims skip locked rows: the workflow could not be taken over while the zombie
         # sleeps. The server aborts such a transaction once it is idle for a lease.
@@ -174,12 +176,17 @@ class Worker:
             self._scheduler.run_if_due()  # on its own connection; never raises for the database
         free = self.concurrency - len(self._active)
         if free <= 0:
+            self._sweep(listener)
             self._slot_freed.wait(self._until_schedules(self.poll))
             self._slot_freed.clear()
             return
         t0 = time.monotonic()  # read before the claim: the local deadline starts here (C1)
         rows = self._claim(listener, free)
+        t_after = time.monotonic()  # after: a local execution deadline can only fall late
         for row in rows:
+            deadline = row.get("execution_deadline")
+            local = None if deadline is None else timeouts.local_deadline(
+                deadline, row["claimed_now"], t_after)  # fmt: skip
             run = Run(
                 workflow_id=row["id"],
                 name=row["name"],
@@ -195,6 +202,8 @@ class Worker:
                 parent_id=row["parent_id"],
                 claimed_now=row["claimed_now"],
                 has_steps=row["has_steps"],
+                execution_deadline=deadline,
+                execution_local=local,
             )
             with self._active_lock:
                 self._active[run.workflow_id] = run
@@ -202,6 +211,7 @@ class Worker:
                  prev_status=row["prev_status"], takeovers=run.takeovers)  # fmt: skip
             killpoints.hit("claimed")
             pool.submit(self._execute, run)
+        self._sweep(listener)  # after the claim: what this worker serves it ends itself
         if len(rows) == free or (rows and self._claimer.limited):
             return  # there may be more due work (or a limit's room not yet used): claim again
         # Wait for a wakeup (start, signal, ...), the next timer or lease expiry, or the poll
@@ -211,6 +221,13 @@ class Worker:
         wait = self.poll if due is None else min(self.poll, max(due + 0.005, 0.05))
         for _ in listener.notifies(timeout=self._until_schedules(wait), stop_after=1):
             pass
+
+    def _sweep(self, conn: db.Conn) -> None:
+        """At most once a poll: end the runs past their execution deadline that nobody holds,
+        whatever their workflow (docs/timeouts.md), so a run no worker serves still ends."""
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + self.poll
+            timeouts.expire(conn, self.worker_id)
 
     def _until_schedules(self, wait: float) -> float:
         """The wait, cut short when a schedule's next tick comes first."""
@@ -293,6 +310,12 @@ class Worker:
 
     def _execute_run(self, run: Run) -> None:
         conn = self._connection()
+        if run.execution_deadline is not None and run.claimed_now is not None \
+                and run.claimed_now >= run.execution_deadline:  # fmt: skip
+            # claimed at or past its deadline (docs/timeouts.md): it ends, no code runs
+            ctx = WorkflowContext(run, conn, [], self.worker_id, self.stopping)
+            self._timed_out(ctx, run, "claim")
+            return
         steps = []  # a fresh workflow's first claim: no history to read
         if run.has_steps:
             steps = conn.execute(db.query("load_steps"), {"wf": run.workflow_id}).fetchall()
@@ -324,10 +347,16 @@ class Worker:
             self._finish(ctx, "cancelled", error={"type": "Cancelled"})
             emit("cancelled", **ids)
             return
+        except WorkflowTimedOut:
+            self._timed_out(ctx, run, "run")
+            return
         except Exception as exc:
             error = {"type": type(exc).__qualname__, "message": str(exc)}
             self._finish(ctx, "failed", error=error)
             emit("failed", **ids, error=error)
+            return
+        if isinstance(ctx.unwinding, WorkflowTimedOut):  # caught by workflow code: it ends anyway
+            self._timed_out(ctx, run, "run")
             return
         if ctx.unwinding is not None:
             self._swallowed(ctx, ids)
@@ -341,6 +370,14 @@ class Worker:
             return
         self._finish(ctx, "completed", result=result)
         emit("completed", **ids)
+
+    def _timed_out(self, ctx: WorkflowContext, run: Run, by: str) -> None:
+        """End the run as timed_out under the fence (docs/timeouts.md): its grants end and its
+        parent hears of it in the same transaction, as for any other end."""
+        was = "waiting to run" if by == "claim" else "running"
+        error = timeouts.execution_error(run.execution_deadline, by, was)
+        self._finish(ctx, "timed_out", error=error)
+        emit("timed_out", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch, by=by)
 
     def _swallowed(self, ctx: WorkflowContext, ids: dict[str, Any]) -> None:
         """Workflow code caught one of the runtime's unwinding exceptions and returned."""

@@ -46,7 +46,7 @@ claimed as (
    where w.id = due.id
   returning w.id, w.name, w.version, w.input, w.epoch, w.waiting, w.takeovers,
             w.cancel_requested_at, w.parent_id, now() as claimed_now, due.prev_status,
-            due.prev_lease_expires_at,
+            due.prev_lease_expires_at, w.execution_deadline,
             -- a fresh workflow has no history: the worker skips reading it
             exists (select 1 from ilr.steps s where s.workflow_id = w.id) as has_steps),
 history as (
@@ -355,7 +355,7 @@ select effect_id, target, tier, state, grant_id, sends, dispatch_epoch, send_dea
 -- Only past send_deadline + settle_margin: before that nobody may query or resend.
 select e.effect_id, e.target, w.id as workflow_id, w.status, w.epoch
   from ilr.effects e join ilr.workflows w on w.id = e.dispatch_workflow_id
- where e.state = 'dispatched' and w.status in ('stuck','failed','cancelled')
+ where e.state = 'dispatched' and w.status in ('stuck','failed','cancelled','timed_out')
    and now() > e.send_deadline + e.settle_margin
  order by e.effect_id;
 
@@ -364,7 +364,7 @@ select e.effect_id, e.target, w.id as workflow_id, w.status, w.epoch
 -- the claim history like any other claim.
 with prev as (
   select id, status from ilr.workflows
-   where id = %(wf)s and status in ('stuck','failed','cancelled') for update),
+   where id = %(wf)s and status in ('stuck','failed','cancelled','timed_out') for update),
 claimed as (
   update ilr.workflows w
      set status = 'running', epoch = w.epoch + 1, owner = '$recovery',

@@ -43,6 +43,7 @@ grant insert, update on ilr.breakers to ilr_worker;              -- counting fai
 grant update (next_fire_at, last_tick, last_workflow_id, buffered_tick, missed_ticks, updated_at)
   on ilr.schedules to ilr_worker;                                -- firing schedules, never
 grant insert, update on ilr.schedule_fires to ilr_worker;        -- making or pausing one
+grant insert, update on ilr.step_timers to ilr_worker;           -- timed steps' attempt starts
 grant usage on all sequences in schema ilr to ilr_worker;
 grant execute on function ilr.lock_grant_for_share(text), ilr.signal_parent(text, jsonb),
   ilr.append_only(), ilr.effects_guard() to ilr_worker;
