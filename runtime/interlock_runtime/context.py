@@ -41,6 +41,7 @@ from .errors import (
 )
 from .events import emit
 from .run_port import RunPort
+from .telemetry import body_span, retry_span, wait_span
 from .vocabulary import TimeoutKind
 from .workflow import definition
 
@@ -401,6 +402,7 @@ class WorkflowContext:
                                 shape=lambda out: codec.encode(out, what))  # fmt: skip
         return self._decoded(output, seq, "step", name)
 
+    @body_span  # a span per attempt (docs/observability.md)
     def _run_body(self, seq: int, kind: str, name: str, body: Callable[[], Any],
                   retry: RetryPolicy | None, fingerprint: str | None = None,
                   shape: Callable[[Any], Any] = lambda out: out,
@@ -500,6 +502,7 @@ class WorkflowContext:
                                     "waiting": db.jsonb(self._run.waiting), "until": until})  # fmt: skip
             self._raise(Suspend(f"{self.workflow_id}: backoff of seq {seq} not due until {until}"))
 
+    @retry_span  # counted in interlock.step.retries
     def _suspend_for_retry(self, seq: int, name: str, attempt: int, delay: float) -> None:
         with self._fenced_write() as fence:
             until = fence["now"] + timedelta(seconds=delay)
@@ -632,6 +635,7 @@ class WorkflowContext:
             self._step_params(seq, "step", STATUS_STEP, json.loads(text), None, None)
         )
 
+    @wait_span  # interlock.wait: ready or suspended
     def _wait(self, seq: int, kind: str, name: str, first_until: Callable[[datetime], datetime] | None,
               signal: str | None, proposal: Any = None) -> Any:  # fmt: skip
         """The one-transaction suspend (docs/design.md#suspend). The fence locks the workflow row first, so a

@@ -15,6 +15,7 @@ from .effect_results import EffectResult
 from .effect_send import NOT_SENT, watched_apply
 from .errors import Fenced, TargetRejected
 from .events import emit
+from .telemetry import COMMIT, effect_stage
 
 
 def send_and_commit(call: EffectCall, t0: float, via: str | None,
@@ -57,6 +58,7 @@ def send_and_commit(call: EffectCall, t0: float, via: str | None,
     return outcome
 
 
+@effect_stage(COMMIT)
 def _t_commit(call: EffectCall, status: str, fields: dict[str, Any]) -> EffectResult:
     """COMMITTED and the step row in one fenced transaction; on a lost fence, the late
     result path keeps the response."""

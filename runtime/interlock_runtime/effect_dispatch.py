@@ -12,6 +12,7 @@ from .effect_authority import grant_checks, local_violations
 from .effect_call import Chain, EffectCall, journal_entries
 from .effect_commit import send_and_commit
 from .effect_results import EffectResult
+from .telemetry import DISPATCH, effect_stage
 
 
 def submit(call: EffectCall) -> EffectResult:
@@ -40,6 +41,7 @@ def _decided_on(call: EffectCall) -> Any:
     return call.premises
 
 
+@effect_stage(DISPATCH, on_none="authorized")
 def _t_dispatch(call: EffectCall, decided_on: Any, violations: list[str]) -> EffectResult | None:
     """T_dispatch, fenced, in the exact order of docs/design.md#gated-effects (c). Returns an outcome when the
     call ends here (refused, duplicate, ambiguous), None when a send is authorized."""

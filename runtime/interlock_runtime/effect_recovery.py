@@ -14,8 +14,10 @@ from .effect_call import EffectCall, journal_entries
 from .effect_commit import send_and_commit
 from .effect_postconditions import post_holds
 from .effect_results import EffectResult
+from .telemetry import RECOVERY, effect_stage
 
 
+@effect_stage(RECOVERY, on_none="again")
 def recover(call: EffectCall, eff: db.Row) -> EffectResult | None:
     """Resolve the open send of `eff` (the effects row, with the database's `now`). None when
     this caller must go round again: somebody moved first, or the caller offered another

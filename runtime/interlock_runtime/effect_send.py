@@ -8,6 +8,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from .telemetry import SEND, effect_stage
+
 if TYPE_CHECKING:
     from .effect_call import EffectCall
 
@@ -16,6 +18,7 @@ WATCHDOG_EXIT = 75  # os._exit status when a send outlives its deadline
 NOT_SENT = object()  # what watched_apply returns when the budget left is below the minimum
 
 
+@effect_stage(SEND)  # current while the target is called: its traceparent header
 def watched_apply(call: EffectCall, t0: float) -> Any:
     """Send call.payload with the watchdog; `t0` is when the send's stopwatch started (before
     T_dispatch or T_resolve). Returns the target's answer, or NOT_SENT."""

@@ -52,6 +52,7 @@ from .effect_spec import (
 )
 from .errors import InvalidInput
 from .run_port import RunPort
+from .telemetry import effect_span
 
 __all__ = [
     "DEFAULT_DEDUP_MARGIN",
@@ -118,6 +119,7 @@ def run_effect(port: RunPort, target: Any, key: str, payload: Any, premises: Any
     return out
 
 
+@effect_span  # interlock.effect, counted by outcome (docs/observability.md)
 def _run(call: EffectCall) -> EffectResult:
     """The call at the frontier: recover its effect's open send, else submit."""
     while True:

@@ -28,6 +28,7 @@ from . import (
     local_postgres,
     migrations,
     receipts,
+    telemetry,
     timeouts,
     validate,
 )
@@ -125,6 +126,7 @@ class Runtime:
 
     # -- workflows --------------------------------------------------------------------------
 
+    @telemetry.traced(telemetry.START, kind="PRODUCER")  # the run's trace starts here
     def start(
         self,
         workflow: Any,
@@ -187,6 +189,7 @@ class Runtime:
             if inserted:
                 if execution_timeout is not None:  # same transaction: now() is the start's
                     timeouts.set_deadline(conn, wf_id, execution_timeout)
+                telemetry.started(conn, wf_id, name)  # its trace context, stored with it
                 return wf_id
             existing = db.one(conn.execute(db.query("get_workflow"), {"id": wf_id}))
             same = queueing.same_start(conn, wf_id, existing, wanted=version, **opts)

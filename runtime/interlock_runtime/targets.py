@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .effect_spec import check_target, timing_values
 from .errors import InterlockError, InvalidInput, TargetRejected
+from .telemetry import trace_headers
 
 __all__ = [
     "EffectTarget",
@@ -229,7 +230,9 @@ class HttpTarget:
 
     `apply` POSTs the payload as JSON to `url` with the header `Idempotency-Key: <effect_id>`
     at every tier (a tier-2 server records it so that the lookup can find the effect; a tier-3
-    server may ignore it), plus the sender headers below and your `headers`.
+    server may ignore it), plus the sender headers below and your `headers`. Every request
+    (lookups too) carries the current trace context, a W3C `traceparent` header, when
+    OpenTelemetry is installed and a span is current (docs/observability.md).
 
     Outcome of a POST:
 
@@ -446,7 +449,8 @@ class HttpTarget:
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", "application/json")
-        for key, value in {**self._headers, **(headers or {})}.items():
+        # the current span's context (W3C traceparent) first: a header of the caller's wins
+        for key, value in {**trace_headers(), **self._headers, **(headers or {})}.items():
             req.add_header(key, value)
         wait = self.send_timeout if timeout is None else timeout
         try:

@@ -39,10 +39,11 @@ from .errors import (
     UnsafeDatabase,
     WorkflowTimedOut,
 )
-from .events import JsonLines, emit, log
+from .events import LOG_FORMATS, emit, formatter, log
 from .queues import Claimer, served
 from .runtime import register_deployment
 from .schedules import Scheduler
+from .telemetry import claimed, configure_from_env, run_span, watch_database
 from .workflow import WorkflowDef, collect, definition
 
 
@@ -147,6 +148,7 @@ class Worker:
                 self.stopping.wait(backoff.next())
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heartbeat.start()
+        unwatch = watch_database(self.dsn)  # the queue depth and AMBIGUOUS gauges
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="run") as pool:
             listener = None
             while not self.stopping.is_set():
@@ -169,6 +171,7 @@ class Worker:
                 listener.close()
         if self._scheduler is not None:
             self._scheduler.close()
+        unwatch()
         emit("stopped", worker=self.worker_id)
 
     def _claim_and_wait(self, listener: db.Conn, pool: ThreadPoolExecutor) -> None:
@@ -210,6 +213,7 @@ class Worker:
             emit("claimed", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
                  prev_status=row["prev_status"], takeovers=run.takeovers)  # fmt: skip
             killpoints.hit("claimed")
+            claimed(listener, row, t0)  # its run span, a child of the stored trace context
             pool.submit(self._execute, run)
         self._sweep(listener)  # after the claim: what this worker serves it ends itself
         if len(rows) == free or (rows and self._claimer.limited):
@@ -290,6 +294,7 @@ class Worker:
             conn = self._local.conn = db.connect(self.dsn, options=self._session_options)
         return conn
 
+    @run_span  # interlock.run around the whole claim (docs/observability.md)
     def _execute(self, run: Run) -> None:
         try:
             self._execute_run(run)
@@ -469,6 +474,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="do not fire schedules (another worker does; default: fire them)")  # fmt: skip
     p.add_argument("--allow-code-change", action="store_true",
                    help="accept a changed code hash for a deployed (name, version)")  # fmt: skip
+    p.add_argument("--log-format", choices=LOG_FORMATS, default=None,
+                   help="events on stderr as text lines or JSON lines (default: text on a "
+                        "terminal, json otherwise)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -497,7 +505,7 @@ def select_workflows(modules: list[str], only: str | None) -> list[WorkflowDef]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLines())
+    handler.setFormatter(formatter(args.log_format or ("text" if sys.stderr.isatty() else "json")))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
@@ -521,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"interlock worker: {exc}", file=sys.stderr)
         return 2
+    configure_from_env()  # OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (docs/observability.md)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     try:

@@ -45,7 +45,7 @@ claimed as (
     from due
    where w.id = due.id
   returning w.id, w.name, w.version, w.input, w.epoch, w.waiting, w.takeovers,
-            w.cancel_requested_at, w.parent_id, now() as claimed_now, due.prev_status,
+            w.cancel_requested_at, w.parent_id, w.traceparent, now() as claimed_now, due.prev_status,
             due.prev_lease_expires_at, w.execution_deadline,
             -- a fresh workflow has no history: the worker skips reading it
             exists (select 1 from ilr.steps s where s.workflow_id = w.id) as has_steps),

@@ -160,7 +160,7 @@ claimed as (
     from admitted a
    where w.id = a.id
   returning w.id, w.name, w.version, w.input, w.epoch, w.waiting, w.takeovers,
-            w.cancel_requested_at, w.parent_id, statement_timestamp() as claimed_now,
+            w.cancel_requested_at, w.parent_id, w.traceparent, statement_timestamp() as claimed_now,
             a.prev_status, a.prev_lease_expires_at, w.execution_deadline,
             exists (select 1 from ilr.steps s where s.workflow_id = w.id) as has_steps),
 history as (
