@@ -957,7 +957,13 @@ AmbiguousOnlyWhenUnknowable ==
         effState[e] = "ambiguous" =>
             \/ ghost.ambTier[e] = 3
             \/ ghost.ambTier[e] = 1 /\ ~Queryable /\ ghost.lastRecheckFailed[e]
-CurrentDispatcherLive(e) == dispEpoch[e] = wfEpoch /\ wfStatus = "running" /\ leaseExp > now
+(* The dispatching claim is current and its worker still runs the workflow.  The worker is
+   part of it because a backward clock jump (failover) can make an expired lease row look live
+   again after its holder has left: nobody then holds the run, and a successor replays the
+   commit once the row expires again (Failover_t1q found this with the lease row alone). *)
+CurrentDispatcherLive(e) ==
+    /\ dispEpoch[e] = wfEpoch /\ wfStatus = "running" /\ leaseExp > now
+    /\ \E w \in Workers : LiveHolder(w) /\ ws[w].epoch = dispEpoch[e]
 EffectCheckpointAtomic ==
     \A e \in Effs :
         (Interlock /\ effState[e] = "committed" /\ ~stepRow[StepOf(e)])
