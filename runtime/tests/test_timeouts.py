@@ -105,7 +105,9 @@ def test_execution_timeout_ends_running_sleeping_parked_and_child(dsn, workers, 
         rt.start(tf.sleeper, "wf-sleep", {}, execution_timeout=limit)
         rt.start(tf.parked, "wf-parked", {}, execution_timeout=limit)
         rt.start(tf.parent, "wf-parent", {}, execution_timeout=limit)
-        workers("W", module=M, poll=0.1, concurrency=6)
+        # a long poll: the sweep comes rarely, so a waiting run ending on time shows that its
+        # wake-up was held at the deadline (the claim then ends it)
+        workers("W", module=M, poll=3.0, concurrency=6)
         rows = {wf: _ended(rt, wf) for wf in ("wf-busy", "wf-sleep", "wf-parked", "wf-parent")}
         child = _ended(rt, "wf-parent/1")
     for wf, row in {**rows, "wf-parent/1": child}.items():
@@ -155,6 +157,9 @@ def test_a_second_start_must_ask_for_the_same_timeout(dsn) -> None:
         for other in (None, 6):
             with pytest.raises(WorkflowConflict, match="execution timeout"):
                 rt.start(tf.sleeper, "wf-same", {}, execution_timeout=other)
+        rt.start(tf.sleeper, "wf-none", {})
+        with pytest.raises(WorkflowConflict, match="execution timeout"):
+            rt.start(tf.sleeper, "wf-none", {}, execution_timeout=6)
         wf = rt.describe("wf-same")
     assert wf["execution_timeout"] == 5.0
     left = (wf["execution_deadline"] - wf["created_at"]).total_seconds()
