@@ -406,7 +406,13 @@ class Runtime:
             except psycopg.errors.UniqueViolation:
                 raise WorkflowConflict(f"workflow id {new_id!r} already exists") from None
             if inserted == 0:
-                raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
+                row = self._conn.execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
+                if row is None:
+                    raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
+                raise WorkflowConflict(
+                    f"workflow {wf_id!r} is {row['status']}: no worker has run it, so it has no "
+                    "steps to fork; start a new workflow instead"
+                )
             self._conn.execute(db.query("copy_steps_for_fork"), params)
             self._conn.execute(db.query("notify_ready"), {"id": new_id})
         return new_id

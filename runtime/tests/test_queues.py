@@ -18,7 +18,15 @@ import psycopg
 import pytest
 from flows import queued_work
 
-from interlock_runtime import InvalidInput, Runtime, UnknownWorkflow, WorkflowConflict, cli, db
+from interlock_runtime import (
+    InvalidInput,
+    Runtime,
+    UnknownWorkflow,
+    WorkflowConflict,
+    WorkflowNotFound,
+    cli,
+    db,
+)
 from interlock_runtime import queues as queueing
 from interlock_runtime.testing import wait_for
 from interlock_runtime.workflow import workflow
@@ -219,6 +227,11 @@ def test_version_pinning_of_a_run_started_before_its_deployment(dsn) -> None:
         rt.register(later_v1)
         assert (rt.describe("free")["status"], rt.describe("free")["version"]) == ("pending", "1")
         assert rt.describe("pinned-2")["status"] == "awaiting_worker"
+        # nothing of it ran: a fork is refused with what to do, never a database error
+        with pytest.raises(WorkflowConflict, match="no steps to fork; start a new workflow"):
+            rt.fork("pinned-2", 1, "pinned-2-fork")
+        with pytest.raises(WorkflowNotFound):
+            rt.fork("nobody", 1, "nobody-fork")
         rt.register(later_v2)
         assert (rt.describe("pinned-2")["status"], rt.describe("pinned-2")["version"]) == (
             "pending", "2")  # fmt: skip

@@ -221,9 +221,10 @@ select name, version, status, count(*) as workflows
   from ilr.workflows group by name, version, status order by name, version, status;
 
 -- name: insert_fork
+-- A run still awaiting a worker has no version and no steps: nothing to fork (fork() says so).
 insert into ilr.workflows (id, name, version, input, forked_from, queue, priority, queue_key)
 select %(new_id)s, name, version, input, id, queue, priority, queue_key
-  from ilr.workflows where id = %(id)s;
+  from ilr.workflows where id = %(id)s and status <> 'awaiting_worker';
 
 -- name: copy_steps_for_fork
 -- The prefix below at_seq, copied as written (epoch 0: written by the fork, not by a claim).
