@@ -157,6 +157,22 @@ def _error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
     }
 
 
+def check_step_call(name: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    postcondition: Any) -> None:  # fmt: skip
+    """A step call's arguments, checked before it takes its place (sync and async contexts)."""
+    for value in (fn, *args, *kwargs.values()):
+        if hasattr(value, "apply"):
+            raise TypeError(
+                f"step {name!r} was given an effect target ({value!r}); external effects must "
+                "go through ctx.effect(target, key, payload, ...)"
+            )
+    if postcondition is not None and not callable(postcondition):
+        raise TypeError(f"step {name!r}: postcondition {postcondition!r} is not callable")
+    if name == STATUS_STEP:
+        raise InvalidInput(f"step name {STATUS_STEP!r} is the runtime's own (ctx.set_status); "
+                           "choose another")  # fmt: skip
+
+
 def step_error(name: str, error: dict[str, Any]) -> StepFailed:
     """The exception a recorded step failure raises, on the first run and on every replay."""
     if isinstance(error, dict) and error.get("type") == "StepTimedOut":
@@ -365,17 +381,7 @@ class WorkflowContext:
         A step body may run again after a crash before its record (like a Temporal activity), so
         anything with an external side effect belongs in ctx.effect, never in a step.
         """
-        for value in (fn, *args, *kwargs.values()):
-            if hasattr(value, "apply"):
-                raise TypeError(
-                    f"step {name!r} was given an effect target ({value!r}); external effects must "
-                    "go through ctx.effect(target, key, payload, ...)"
-                )
-        if postcondition is not None and not callable(postcondition):
-            raise TypeError(f"step {name!r}: postcondition {postcondition!r} is not callable")
-        if name == STATUS_STEP:
-            raise InvalidInput(f"step name {STATUS_STEP!r} is the runtime's own (ctx.set_status); "
-                               "choose another")  # fmt: skip
+        check_step_call(name, fn, args, kwargs, postcondition)
         seq, row = self._next("step", name)
         if row is not None:
             if row["error"] is not None:

@@ -35,6 +35,7 @@ re-exports the gate's public names. The gate, one concern per module:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from . import db, journal
@@ -65,8 +66,11 @@ __all__ = [
     "EffectResult",
     "TargetSpec",
     "check_target",
+    "Prepared",
+    "prepare",
     "resolve_orphan",
     "run_effect",
+    "run_prepared",
     "target_action",
 ]
 
@@ -79,6 +83,38 @@ def run_effect(port: RunPort, target: Any, key: str, payload: Any, premises: Any
                action: str | None = None, decision: Any = None,
                postcondition: Any = None) -> EffectResult:  # fmt: skip
     """ctx.effect: validate, replay, or run the call at the frontier."""
+    call = prepare(target, key, payload, premises, grant, name=name,
+                   local_premises=local_premises, action=action,
+                   postcondition=postcondition)  # fmt: skip
+    seq, row = port.next_call("effect", call.name, call.fingerprint)
+    return run_prepared(port, call, seq, row, compensation=compensation,
+                        raise_on_refusal=raise_on_refusal, decision=decision)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One ctx.effect call checked and identified, before it takes its place in the replay
+    (the async context takes the place when the call is made: docs/async.md)."""
+
+    target: Any
+    spec: TargetSpec
+    name: str
+    eid: str
+    payload: Any
+    ph: str
+    fingerprint: str
+    premises: Any
+    grant: str
+    action: str
+    local_premises: list[tuple[Any, Any]]
+    postcondition: Any
+
+
+def prepare(target: Any, key: str, payload: Any, premises: Any, grant: str,
+            name: str | None = None, local_premises: Any = (), action: str | None = None,
+            postcondition: Any = None) -> Prepared:  # fmt: skip
+    """Check an effect call's arguments (InvalidInput before anything is written) and compute
+    its identity: the step name, the effect id and the fingerprint."""
     spec = check_target(target)
     if postcondition is not None and not callable(postcondition):
         raise InvalidInput(f"postcondition {postcondition!r} is not callable: pass a function "
@@ -94,25 +130,31 @@ def run_effect(port: RunPort, target: Any, key: str, payload: Any, premises: Any
     for fn, _ in local_premises:
         if not isinstance(fn, str) or not _FUNCTION.match(fn):
             raise InvalidInput(f"local premise {fn!r} is not a SQL function name (schema.name)")
-    action = action or target_action(target, spec)
-    call_name = name or f"effect:{key}"
     eid = journal.effect_id_for(key)  # the key is hashed here only
     ph = journal.payload_hash(payload)
-    fingerprint = journal.fingerprint(eid, ph)
-    seq, row = port.next_call("effect", call_name, fingerprint)
+    return Prepared(target, spec, name or f"effect:{key}", eid, payload, ph,
+                    journal.fingerprint(eid, ph), premises, grant,
+                    action or target_action(target, spec), local_premises, postcondition)  # fmt: skip
+
+
+def run_prepared(port: RunPort, p: Prepared, seq: int, row: db.Row | None, *,
+                 compensation: bool = False, raise_on_refusal: bool = False,
+                 decision: Any = None) -> EffectResult:  # fmt: skip
+    """A prepared call at its place `seq`: the recorded result (row), or the gate at the
+    frontier."""
     if row is not None:
         out = EffectResult(**row["output"])
     else:
         port.frontier()
-        if port.conn.execute(db.query("get_grant"), {"grant": grant}).fetchone() is None:
+        if port.conn.execute(db.query("get_grant"), {"grant": p.grant}).fetchone() is None:
             raise InvalidInput(
-                f"unknown grant {grant!r}: create it with rt.grant() or rt.approve()"
+                f"unknown grant {p.grant!r}: create it with rt.grant() or rt.approve()"
             )
-        call = EffectCall(port, seq, call_name, target, spec, eid=eid, payload=payload, ph=ph,
-                          fingerprint=fingerprint, premises=premises, grant=grant,
-                          action=action, local_premises=local_premises,
+        call = EffectCall(port, seq, p.name, p.target, p.spec, eid=p.eid, payload=p.payload,
+                          ph=p.ph, fingerprint=p.fingerprint, premises=p.premises,
+                          grant=p.grant, action=p.action, local_premises=p.local_premises,
                           compensation=compensation, decision=decision,
-                          postcondition=postcondition)  # fmt: skip
+                          postcondition=p.postcondition)  # fmt: skip
         out = _run(call)
     if raise_on_refusal and out.refused:
         raise EffectRefused(out)

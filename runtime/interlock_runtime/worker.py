@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -63,6 +64,9 @@ class Backoff:
 
 
 class Worker:
+    # docs/async.md: a worker serves either plain or `async def` workflows (AsyncWorker)
+    serves_async = False
+
     def __init__(
         self,
         dsn: str,
@@ -88,6 +92,8 @@ class Worker:
         self.dsn = dsn
         self.defs: dict[tuple[str, str], WorkflowDef] = {}
         for wf in map(definition, workflows):
+            if wf.is_async != self.serves_async:
+                raise ValueError(_wrong_worker(wf, self.serves_async))
             self.defs[(wf.name, wf.version)] = wf
         if not self.defs:
             raise ValueError("a worker needs at least one @workflow to serve")
@@ -149,7 +155,7 @@ class Worker:
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heartbeat.start()
         unwatch = watch_database(self.dsn)  # the queue depth and AMBIGUOUS gauges
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="run") as pool:
+        with self._executor() as pool:
             listener = None
             while not self.stopping.is_set():
                 try:
@@ -174,7 +180,14 @@ class Worker:
         unwatch()
         emit("stopped", worker=self.worker_id)
 
-    def _claim_and_wait(self, listener: db.Conn, pool: ThreadPoolExecutor) -> None:
+    def _executor(self) -> AbstractContextManager[Any]:
+        """Where claimed runs execute: a thread each (AsyncWorker: its event loop)."""
+        return ThreadPoolExecutor(self.concurrency, thread_name_prefix="run")
+
+    def _launch(self, pool: Any, run: Run) -> None:
+        pool.submit(self._execute, run)
+
+    def _claim_and_wait(self, listener: db.Conn, pool: Any) -> None:
         if self._scheduler is not None:
             self._scheduler.run_if_due()  # on its own connection; never raises for the database
         free = self.concurrency - len(self._active)
@@ -214,7 +227,7 @@ class Worker:
                  prev_status=row["prev_status"], takeovers=run.takeovers)  # fmt: skip
             killpoints.hit("claimed")
             claimed(listener, row, t0)  # its run span, a child of the stored trace context
-            pool.submit(self._execute, run)
+            self._launch(pool, run)
         self._sweep(listener)  # after the claim: what this worker serves it ends itself
         if len(rows) == free or (rows and self._claimer.limited):
             return  # there may be more due work (or a limit's room not yet used): claim again
@@ -431,6 +444,14 @@ class Worker:
                  reason=str(exc))  # fmt: skip
 
 
+def _wrong_worker(wf: WorkflowDef, serves_async: bool) -> str:
+    if wf.is_async:
+        return (f"workflow {wf.key} is `async def`: serve it with an asyncio worker "
+                "(`interlock worker --async`, or interlock_runtime.async_worker.AsyncWorker)")  # fmt: skip
+    return (f"workflow {wf.key} is a plain function: the asyncio worker serves `async def` "
+            "workflows only; serve it with `interlock worker` (without --async)")  # fmt: skip
+
+
 # -- CLI ----------------------------------------------------------------------------------------
 
 
@@ -474,6 +495,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="do not fire schedules (another worker does; default: fire them)")  # fmt: skip
     p.add_argument("--allow-code-change", action="store_true",
                    help="accept a changed code hash for a deployed (name, version)")  # fmt: skip
+    p.add_argument("--async", dest="use_async", action="store_true",
+                   help="an asyncio worker, for `async def` workflows (docs/async.md); chosen "
+                        "by itself when every workflow it serves is async")  # fmt: skip
     p.add_argument("--log-format", choices=LOG_FORMATS, default=None,
                    help="events on stderr as text lines or JSON lines (default: text on a "
                         "terminal, json otherwise)")  # fmt: skip
@@ -513,8 +537,12 @@ def main(argv: list[str] | None = None) -> int:
     if not defs:
         print(f"interlock worker: no @workflow found in {', '.join(args.module)}", file=sys.stderr)
         return 1
+    cls = Worker
+    if args.use_async or all(d.is_async for d in defs):
+        # by name: async_worker builds on this module, which must not import it back
+        cls = importlib.import_module(f"{__package__}.async_worker").AsyncWorker
     try:
-        worker = Worker(
+        worker = cls(
             args.dsn or local_postgres.dsn(),
             defs,
             worker_id=args.worker_id,

@@ -22,6 +22,8 @@ class WorkflowDef:
     version: str
     fn: Callable[..., Any]
     code_sha256: str
+    # an `async def` workflow: served by the asyncio worker only (docs/async.md)
+    is_async: bool = False
 
     @property
     def key(self) -> str:
@@ -39,7 +41,10 @@ def module_sha256(fn: Callable[..., Any]) -> str:
 
 
 def workflow(name: str | None = None, version: str = "1") -> Callable[[F], F]:
-    """Declare a durable workflow `fn(ctx, input)`; the function stays callable as before."""
+    """Declare a durable workflow `fn(ctx, input)`; the function stays callable as before.
+
+    An `async def fn(ctx, input)` is an async workflow (docs/async.md): its ctx is an
+    AsyncWorkflowContext and an asyncio worker (`interlock worker --async`) serves it."""
 
     def decorate(fn: F) -> F:
         wf_name = name or fn.__name__
@@ -49,7 +54,9 @@ def workflow(name: str | None = None, version: str = "1") -> Callable[[F], F]:
                     f"workflow {label} {value!r} must be 1-100 characters of letters, digits "
                     "and _ . : -"
                 )
-        cast(Any, fn).__interlock_workflow__ = WorkflowDef(wf_name, version, fn, module_sha256(fn))
+        cast(Any, fn).__interlock_workflow__ = WorkflowDef(
+            wf_name, version, fn, module_sha256(fn), inspect.iscoroutinefunction(fn)
+        )
         return fn
 
     return decorate

@@ -1,0 +1,265 @@
+"""The asyncio worker (docs/async.md): `async def` workflows, each claimed run a coroutine.
+
+It is the Worker with one change of place: claimed runs execute on an event loop in a thread
+of its own instead of a thread each. The claim loop (LISTEN, claims, schedules, the timeout
+sweep) and the heartbeat are the Worker's, unchanged, each in its own thread with its own
+connection, so a busy event loop cannot starve the heartbeat (the `heartbeat` event logs the
+gap between renewals). A run waiting on a step body, a model call or a target is a
+coroutine; a suspended run is a row in the database and costs nothing here.
+
+On the loop: the runs' writes on a few async connections (async_db.AsyncPool), async step
+bodies, and a ticker. Off it: plain step bodies, plain premise readers and the effect gate
+(the sync pipeline, stopwatch, watchdog and C1 check unchanged) in a thread pool; and a
+monitor thread that reports a loop blocked longer than `block_warn` seconds, naming the task
+(a step body's task is named `step <workflow>#<seq> <name>`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+
+from . import async_db, codec, db, timeouts
+from .async_context import (
+    RUN_TASKS,
+    WORKFLOW_CODE,
+    AsyncWorkflowContext,
+    guard_wall_clock,
+    task_factory,
+)
+from .context import Run, workflow_input
+from .errors import (
+    Cancelled,
+    ContinuedAsNew,
+    Fenced,
+    NonDeterminism,
+    Release,
+    Suspend,
+    WorkflowTimedOut,
+)
+from .events import emit, log
+from .worker import Worker
+
+# The runtime's unwinding exceptions derive from BaseException; these end a run as the sync
+# worker ends it. Anything else a BaseException (asyncio.CancelledError, SystemExit) propagates.
+_ENDINGS = (Exception, Suspend, Fenced, ContinuedAsNew, Release, NonDeterminism, Cancelled,
+            WorkflowTimedOut)  # fmt: skip
+
+
+class AsyncWorker(Worker):
+    """A worker for `async def` workflows: `concurrency` runs in flight at once on one event
+    loop (a coroutine each). `pool_size`: async connections the runs share, each lent for one
+    transaction; `block_warn`: seconds the loop may stay blocked before it is reported
+    (event `loop_blocked`, naming the task that held it)."""
+
+    serves_async = True
+
+    def __init__(self, dsn: str, workflows: list[Any], *, pool_size: int = 8,
+                 block_warn: float = 0.5, **kwargs: Any):  # fmt: skip
+        super().__init__(dsn, workflows, **kwargs)
+        if pool_size < 1 or not block_warn > 0:
+            raise ValueError("pool_size must be >= 1 and block_warn > 0")
+        self.pool_size = pool_size
+        self.block_warn = block_warn
+
+    def _executor(self) -> _Loop:
+        return _Loop(self)
+
+    def _launch(self, pool: Any, run: Run) -> None:
+        pool.submit(run)
+
+    # -- one run ------------------------------------------------------------------------------
+
+    async def _execute_async(self, run: Run, env: _Loop) -> None:
+        RUN_TASKS.set(set())  # every task this run's code creates is the run's (task_factory)
+        try:
+            await self._run_async(run, env)
+        except psycopg.OperationalError as exc:
+            emit("abandoned", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
+                 reason="database unavailable", error=str(exc).strip())  # fmt: skip
+        except Exception:
+            log.exception("internal error running %s", run.workflow_id)
+        finally:
+            with self._active_lock:
+                self._active.pop(run.workflow_id, None)
+            self._slot_freed.set()
+
+    async def _run_async(self, run: Run, env: _Loop) -> None:
+        ids = {"worker": self.worker_id, "wf": run.workflow_id, "epoch": run.epoch}
+
+        def context(steps: list[db.Row]) -> AsyncWorkflowContext:
+            return AsyncWorkflowContext(run, env.pool, steps, self.worker_id, self.stopping,
+                                        env.threads, env.sync_pool)  # fmt: skip
+
+        if run.execution_deadline is not None and run.claimed_now is not None \
+                and run.claimed_now >= run.execution_deadline:  # fmt: skip
+            await self._timed_out_async(context([]), run, "claim")
+            return
+        steps: list[db.Row] = []
+        if run.has_steps:
+            async with env.pool.connection() as conn:
+                steps = await async_db.rows(conn, "load_steps", {"wf": run.workflow_id})
+        ctx = context(steps)
+        wf = self.defs[(run.name, run.version)]
+        ended: BaseException | None = None
+        result: Any = None
+        try:
+            inp = workflow_input(ctx.cursor, wf.fn)
+            ctx.root = asyncio.current_task()
+            token = WORKFLOW_CODE.set(getattr(wf.fn, "__globals__", None))
+            try:
+                result = await wf.fn(ctx, inp)
+            finally:
+                WORKFLOW_CODE.reset(token)
+            ctx.check_awaited()
+        except _ENDINGS as exc:
+            ended = exc
+        await _settle()  # what the run left running ends with it, before its last write
+        ctx.close_unawaited()
+        if isinstance(ended, Suspend):
+            emit("suspended", **ids, reason=str(ended))
+        elif isinstance(ended, Fenced):
+            emit("fenced", **ids, by="write", reason=str(ended))
+        elif isinstance(ended, ContinuedAsNew):
+            emit("continued", **ids, successor=ended.args[0])
+        elif isinstance(ended, Release):
+            await self._finish_async(ctx, "release")
+            emit("released", **ids)
+        elif isinstance(ended, NonDeterminism):
+            error = {"type": "NonDeterminism", "seq": ended.seq, "recorded": ended.recorded,
+                     "called": ended.called}  # fmt: skip
+            await self._finish_async(ctx, "stuck", error=error)
+            emit("stuck", **ids, error=error)
+        elif isinstance(ended, Cancelled):
+            await self._finish_async(ctx, "cancelled", error={"type": "Cancelled"})
+            emit("cancelled", **ids)
+        elif isinstance(ended, WorkflowTimedOut) or isinstance(ctx.unwinding, WorkflowTimedOut):
+            await self._timed_out_async(ctx, run, "run")
+        elif ended is not None:
+            error = {"type": type(ended).__qualname__, "message": str(ended)}
+            await self._finish_async(ctx, "failed", error=error)
+            emit("failed", **ids, error=error)
+        elif ctx.unwinding is not None:
+            await self._swallowed_async(ctx, ids)
+        else:
+            try:
+                result = codec.encode(result, "the workflow's return value")
+                db.to_json_text(result, "the workflow's return value")
+            except TypeError as exc:
+                await self._finish_async(ctx, "failed",
+                                         error={"type": "TypeError", "message": str(exc)})  # fmt: skip
+                emit("failed", **ids, error=str(exc))
+                return
+            await self._finish_async(ctx, "completed", result=result)
+            emit("completed", **ids)
+
+    async def _finish_async(self, ctx: AsyncWorkflowContext, status: str, result: Any = None,
+                            error: Any = None) -> None:  # fmt: skip
+        try:
+            await ctx.finish(status, result, error)
+        except Fenced as exc:
+            emit("fenced", worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, by="write",
+                 reason=str(exc))  # fmt: skip
+
+    async def _timed_out_async(self, ctx: AsyncWorkflowContext, run: Run, by: str) -> None:
+        was = "waiting to run" if by == "claim" else "running"
+        error = timeouts.execution_error(run.execution_deadline, by, was)
+        await self._finish_async(ctx, "timed_out", error=error)
+        emit("timed_out", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch, by=by)
+
+    async def _swallowed_async(self, ctx: AsyncWorkflowContext, ids: dict[str, Any]) -> None:
+        caught = ctx.unwinding
+        error = {"type": "SuspendSwallowed" if isinstance(caught, Suspend) else "UnwindSwallowed",
+                 "message": f"workflow code caught {type(caught).__name__} and returned; "
+                            "do not catch BaseException in workflow code"}  # fmt: skip
+        if isinstance(caught, Suspend):
+            await ctx.mark_swallowed(error)
+        elif isinstance(caught, Fenced):
+            emit("fenced", **ids, by="write", reason=str(caught))
+            return
+        else:
+            await self._finish_async(ctx, "stuck", error=error)
+        emit("stuck", **ids, error=error)
+
+
+async def _settle() -> None:
+    """Cancel the tasks the current run created that are still running, and wait for them."""
+    current = asyncio.current_task()
+    left = [t for t in (RUN_TASKS.get() or ()) if not t.done() and t is not current]
+    for task in left:
+        task.cancel()
+    if left:
+        await asyncio.gather(*left, return_exceptions=True)
+
+
+class _Loop:
+    """The event loop of an AsyncWorker in its own thread, its pools, and the monitor that
+    reports a blocked loop. Used as the worker's executor: `with` it, submit runs; leaving
+    waits for every run to end (after SIGTERM each hands its row back at its next call)."""
+
+    TICK = 0.05
+
+    def __init__(self, worker: AsyncWorker):
+        self.worker = worker
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_task_factory(task_factory)
+        options = worker._session_options
+        self.pool = async_db.AsyncPool(worker.dsn, worker.pool_size, options=options)
+        self.sync_pool = async_db.SyncPool(worker.dsn, options=options)
+        self.threads = ThreadPoolExecutor(max(4, min(64, worker.concurrency)),
+                                          thread_name_prefix="body")  # fmt: skip
+        self.runs: set[concurrent.futures.Future[None]] = set()
+        self.tick = time.monotonic()
+        self.done = threading.Event()
+        self.worst_lag = 0.0
+
+    def __enter__(self) -> _Loop:
+        guard_wall_clock()
+        threading.Thread(target=self.loop.run_forever, name="loop", daemon=True).start()
+        asyncio.run_coroutine_threadsafe(self._ticker(), self.loop)
+        threading.Thread(target=self._monitor, name="loop-monitor", daemon=True).start()
+        return self
+
+    def submit(self, run: Run) -> None:
+        future = asyncio.run_coroutine_threadsafe(self.worker._execute_async(run, self), self.loop)
+        self.runs.add(future)
+        future.add_done_callback(self.runs.discard)
+
+    def __exit__(self, *exc: object) -> None:
+        concurrent.futures.wait(list(self.runs))
+        asyncio.run_coroutine_threadsafe(self.pool.close(), self.loop).result(timeout=10)
+        self.done.set()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.threads.shutdown(wait=False)
+        self.sync_pool.close()
+        emit("loop_lag", worker=self.worker.worker_id, worst=round(self.worst_lag, 4))
+
+    async def _ticker(self) -> None:
+        while not self.done.is_set():
+            self.tick = time.monotonic()
+            await asyncio.sleep(self.TICK)
+
+    def _monitor(self) -> None:
+        """A loop that has not ticked for block_warn seconds is held by a blocking call: say
+        which task holds it (once per stall), and how long the stall lasted when it ends."""
+        warn = self.worker.block_warn
+        stalled_since: float | None = None
+        while not self.done.wait(self.TICK):
+            tick = self.tick
+            lag = time.monotonic() - tick - self.TICK
+            self.worst_lag = max(self.worst_lag, lag)
+            if lag >= warn and stalled_since != tick:
+                stalled_since = tick
+                task = asyncio.current_task(self.loop)
+                emit("loop_blocked", worker=self.worker.worker_id, blocked_for=round(lag, 3),
+                     task=task.get_name() if task is not None else None)  # fmt: skip
+            elif stalled_since is not None and tick != stalled_since:
+                emit("loop_unblocked", worker=self.worker.worker_id,
+                     blocked_for=round(tick - stalled_since, 3))  # fmt: skip
+                stalled_since = None
