@@ -789,6 +789,13 @@ def summarize(system: str, reps: list[dict]) -> dict:
         ):
             s[k] = spread([c[k] for c in costs])
         s["other_db_commits"] = [c["other_db_commits"] for c in costs]
+    s["overhead_p50_ms"] = spread_rel([v - STEP_MS for v in p50])
+    limits = [r["commit_limit"] for r in ok if r.get("commit_limit")]
+    if limits:
+        s["commit_limit"] = {k: spread_rel([c[k] for c in limits if c.get(k) is not None])
+                             for k in ("share", "tps", "runtime_tx_per_s", "wal_bytes_per_tx",
+                                       "runtime_wal_bytes_per_tx")}  # fmt: skip
+        s["commit_limit"]["clients"] = limits[0]["clients"]
     return s
 
 
@@ -1179,6 +1186,33 @@ def pgbench(admin: str, wal_bytes_per_tx: float | None, clients: list[int], seco
     return results
 
 
+def commit_limit_clients(cfg: dict) -> int:
+    """The runtime's connections that write in shape 1's throughput phase: one per run thread
+    of the worker (its concurrency), the starters' and the claim loop's listener."""
+    return int(cfg["concurrency"]) + STARTERS + 1
+
+
+def commit_limit(admin: str, res: dict, cfg: dict) -> dict:
+    """pgbench right after a runtime repetition (issue 23): a transaction writing the WAL bytes
+    the runtime's write transactions wrote on average in that repetition, with as many clients
+    as the runtime's writing connections, for pgbench_seconds. The share of the limit is
+    (workflows/s x write transactions per workflow) / pgbench transactions/s."""
+    cost = res.get("cost") or {}
+    size = cost.get("wal_bytes_per_write_tx")
+    clients = commit_limit_clients(cfg)
+    pb = pgbench(admin, size, [clients], cfg["pgbench_seconds"], 1)
+    run = pb["by_clients"][str(clients)]["runs"][0]
+    out = {"clients": clients, "pad_bytes": pb["pad_bytes"], "seconds": pb["seconds"],
+           "runtime_wal_bytes_per_tx": size, "machine": None, **run}  # fmt: skip
+    if "tps" not in run or not cost.get("write_tx_per_wf"):
+        out.update(tps=None, runtime_tx_per_s=None, share=None)
+        return out
+    wf_s = res["tput"]["wf_per_s"]
+    out["runtime_tx_per_s"] = wf_s * cost["write_tx_per_wf"]
+    out["share"] = out["runtime_tx_per_s"] / run["tps"]
+    return out
+
+
 # -- facts -----------------------------------------------------------------------------------
 
 
@@ -1236,6 +1270,12 @@ def _ms(s: dict | None, nd: int = 1) -> str:
     return f"{_f(s['median'], nd)} [{_f(s['min'], nd)}-{_f(s['max'], nd)}]"
 
 
+def _pct(s: dict | None) -> str:
+    if not s or s.get("median") is None:
+        return "n/a"
+    return f"{100 * s['median']:.0f}% [{100 * s['min']:.0f}-{100 * s['max']:.0f}%]"
+
+
 def _rel(s: dict | None) -> str:
     rel = (s or {}).get("rel_spread")
     return "n/a" if rel is None else f"{100 * rel:.0f}%"
@@ -1282,6 +1322,39 @@ TOPOLOGY = [
 ]  # fmt: skip
 
 
+def commit_limit_section(report: dict, cfg: dict) -> list[str]:
+    """Shape 1 against the commit limit (issue 23): the rule, then each repetition."""
+    rows = [(i, r["runtime"]) for i, r in enumerate(report["shape1"]["reps"])
+            if "runtime" in r and r["runtime"].get("commit_limit")]  # fmt: skip
+    if not rows:
+        return []
+    L = ["", "### The runtime against the commit limit (issue 23)", "",
+         "Rule, fixed before the data: right after each runtime repetition, in the same run and "
+         "on the same cluster, pgbench runs for "
+         f"{cfg['pgbench_seconds']:.0f} s a transaction (UPDATE one row, INSERT one row padded; "
+         "`-M prepared`) that writes the WAL bytes the runtime's write transactions wrote on "
+         "average in that repetition's throughput phase, with as many clients as the runtime "
+         f"had writing connections ({commit_limit_clients(cfg)}: worker concurrency "
+         f"{cfg['concurrency']}, {STARTERS} starters, the claim loop). The runtime's share of "
+         "the commit limit is (workflows/s x write transactions per workflow) / pgbench "
+         "transactions/s. Targets: share >= 50%, and p50 overhead (sequential p50 - the "
+         f"step's own {STEP_MS:.0f} ms) <= 2 ms.", "",
+         "| rep | workflows/s | write tx/wf | runtime tx/s | pgbench tx/s | WAL bytes/tx "
+         "(runtime; pgbench) | share of the limit | p50 ms | p50 overhead ms | load 1 min "
+         "(start -> end) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for i, r in rows:
+        c = r["commit_limit"]
+        p50 = pct(r["seq_ms"], 50)
+        L.append(f"| {i + 1} | {_f(r['tput']['wf_per_s'], 0)} | "
+                 f"{_f(r['cost']['write_tx_per_wf'], 2)} | {_f(c.get('runtime_tx_per_s'), 0)} | "
+                 f"{_f(c.get('tps'), 0)} | {_f(c.get('runtime_wal_bytes_per_tx'), 0)}; "
+                 f"{_f(c.get('wal_bytes_per_tx'), 0)} | "
+                 f"{'n/a' if c.get('share') is None else format(100 * c['share'], '.0f') + '%'} | "
+                 f"{_f(p50)} | {_f(None if p50 is None else p50 - STEP_MS)} | "
+                 f"{_mach(r.get('machine')).split(' |')[0]} |")  # fmt: skip
+    return L
+
+
 def targets(report: dict) -> list[tuple[str, str, str]]:
     """(target, measured, verdict) for each target of issue 9 that this run can judge."""
     out = []
@@ -1301,6 +1374,15 @@ def targets(report: dict) -> list[tuple[str, str, str]]:
     tt = rat.get("temporal", {}).get("tput_ratio", {})
     out.append(("one step: throughput >= 10x Temporal dev server", f"runtime/Temporal = {_ms(tt, 1)}",
                 verdict(None if tt.get("median") is None else tt["median"] >= 10.0)))  # fmt: skip
+    rs = summ.get("runtime", {})
+    if rs.get("commit_limit"):
+        sh, ov = rs["commit_limit"]["share"], rs.get("overhead_p50_ms") or {}
+        out.append(("one step: runtime at >= 50% of the commit limit (pgbench, same run, same "
+                    "write size, as many clients)", f"share {_pct(sh)}",
+                    verdict(None if sh.get("median") is None else sh["median"] >= 0.5)))  # fmt: skip
+        out.append(("one step: p50 overhead <= 2 ms beyond the step's 20 ms",
+                    f"{_ms(ov, 2)} ms", verdict(None if ov.get("median") is None
+                                                else ov["median"] <= 2.0)))  # fmt: skip
     rw = summ.get("runtime", {}).get("write_tx_per_wf", {}).get("median")
     dw = summ.get("dbos", {}).get("write_tx_per_wf", {}).get("median")
     out.append(("write transactions per one-step workflow <= DBOS's 3",
@@ -1424,6 +1506,7 @@ def render(report: dict) -> str:
             L.append(f"\nRE-RUN: {f['reason']}; the re-run measured {_f(f['rerun_value'])} wf/s "
                      f"({_f(100 * f['rerun_deviation'] if f['rerun_deviation'] is not None else None, 0)}% "
                      "from that median).")  # fmt: skip
+        L += commit_limit_section(report, cfg)
         L += ["", "Ratios runtime/peer, per repetition pair (p50: below 1 is better for the "
               "runtime; throughput: above 1 is better):", "",
               "| peer | p50 ratio | throughput ratio | per repetition (p50; throughput) |",
@@ -1532,8 +1615,18 @@ runtime and the harness, and what was tried and dropped:
    mode with a fence that raises). In a micro-benchmark on this machine the pipelined form was
    not faster: a durable commit's fsync dominates a fenced write, so fewer commits (item 1)
    moves the numbers and fewer round trips does not.
-4. Heartbeats are logged with the gap between renewals; the refund shape reports the worst.
-5. The harness's model client (world/model_stub.decide_amount) keeps one anthropic SDK client
+4. Issue 23 (results/profile_onestep.md, generated by prove/profile_onestep.py, measures the
+   phases, the round trips by libpq's trace and the worker under py-spy, before and after):
+   the completion is one statement (finish_fenced: the fence's condition is the WHERE of the
+   outcome's update, and the deferred step record and the end of the grants hang off its
+   row), so 6 round trips (BEGIN, fence, insert_step, finish, end_workflow_grants, COMMIT)
+   become 1; rt.start sends its NOTIFY with the insert and takes no savepoint without a dedup
+   id (7 round trips become 4); the claim after a wake-up no longer asks which queues have
+   limits (next_due reads it before each wait). A one-step workflow makes 8 round trips
+   instead of 17; its three durable commits (start, claim, completion) stay, each must be
+   on disk before the next step may rely on it.
+5. Heartbeats are logged with the gap between renewals; the refund shape reports the worst.
+6. The harness's model client (world/model_stub.decide_amount) keeps one anthropic SDK client
    per process instead of one per call, for the runtime and for Temporal alike.
 
 What is left: a gated effect is its two transactions, T_dispatch and T_commit; a decide before
@@ -1587,6 +1680,12 @@ def run_bench(cfg: dict, log: Any = None) -> dict:
                     f"load {res['machine']['load1_start']:.1f}->{res['machine']['load1_end']:.1f}, "
                     f"steal {100 * res['machine']['steal_share']:.1f}% "
                     f"({res['wall_s']:.0f} s)")  # fmt: skip
+                if system == "runtime" and cfg.get("commit_limit"):
+                    res["commit_limit"] = commit_limit(admin, res, cfg)
+                    cl = res["commit_limit"]
+                    log(f"[bench]   commit limit: pgbench {cl['tps']:.0f} tx/s at {cl['clients']} "
+                        f"clients; runtime {cl['runtime_tx_per_s']:.0f} tx/s = "
+                        f"{100 * cl['share']:.0f}% of it")  # fmt: skip
             return res
 
         for rep in range(cfg["reps"] if 1 in cfg["shapes"] else 0):
@@ -1624,7 +1723,7 @@ def run_bench(cfg: dict, log: Any = None) -> dict:
 
 FULL = {"systems": list(SYSTEMS), "reps": 3, "seq": 200, "tput": 1000, "warmup": 5,
         "concurrency": 32, "driver_timeout": 600, "pgbench": True,
-        "pgbench_clients": [1, 8], "pgbench_seconds": 8, "shapes": [1, 2],
+        "pgbench_clients": [1, 8], "pgbench_seconds": 8, "shapes": [1, 2], "commit_limit": True,
         "refund_systems": ["runtime", "temporal"], "refund_workers": [1, 4, 8],
         "refund_per_worker": 8, "refund_warmup": 4.0, "refund_window": 8.0}  # fmt: skip
 SMOKE = {"systems": ["runtime", "absurd"], "reps": 1, "seq": 10, "tput": 40, "warmup": 1,
@@ -1652,6 +1751,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--shapes", default=None, help="comma list of shapes to run (1, 2)")
     ap.add_argument("--json", default=None, help="write the report JSON here (smoke or not)")
+    ap.add_argument("--name", default="bench",
+                    help="results/NAME.md and .json (default bench; another name writes no plots, "
+                         "e.g. --systems runtime,dbos --shapes 1 --name bench_onestep)")  # fmt: skip
     args = ap.parse_args(argv)
     cfg = dict(SMOKE if args.smoke else FULL)
     for key in ("refund_workers", "refund_window"):
@@ -1669,9 +1771,11 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
     if not args.smoke and not args.json:
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "bench.json").write_text(scrub(json.dumps(report, indent=1, default=str)))
-        report["plots"] = bench_plots.write(report, RESULTS)
-        (RESULTS / "bench.md").write_text(render(report))
+        report["command"] = "python -m prove.bench " + " ".join(argv)
+        (RESULTS / f"{args.name}.json").write_text(scrub(json.dumps(report, indent=1, default=str)))
+        if args.name == "bench":
+            report["plots"] = bench_plots.write(report, RESULTS)
+        (RESULTS / f"{args.name}.md").write_text(render(report))
     print(json.dumps({s: {k: v for k, v in x.items() if k != "errors"}
                       for s, x in report["shape1"]["summary"].items()}, indent=1, default=str))  # fmt: skip
     return 0

@@ -816,6 +816,33 @@ def port_of(ctx: WorkflowContext) -> RunPort:
     return ctx._port
 
 
+_NO_STEP = {"seq": None, "name": None, "kind": None, "fingerprint": None, "output": None,
+            "error": None}  # fmt: skip
+
+
+def finish_in_one(ctx: Any, status: str, result: Any, error: Any) -> bool:
+    """The worker's completion as one fenced statement (query finish_fenced: one round trip):
+    the outcome, the step record the run deferred, the end of its grants (ENDS_GRANTS). False,
+    with nothing written, where it does not apply (another context class, a parent to signal,
+    more than one deferred record): the caller then writes it under db.fenced. Raises Fenced,
+    with nothing written, when the claim is gone."""
+    if type(ctx) is not WorkflowContext or ctx._run.parent_id or len(ctx._pending) > 1:
+        return False
+    flushed, ctx._pending = ctx._pending, []
+    step = flushed[0] if flushed else _NO_STEP
+    params = {"wf": ctx.workflow_id, "epoch": ctx.epoch, "status": status,
+              "result": db.jsonb(result), "error": db.jsonb(error) if error is not None else None,
+              "seq": step["seq"], "name": step["name"], "kind": step["kind"],
+              "fingerprint": step["fingerprint"], "output": step["output"],
+              "step_error": step["error"], "ends_grants": status in ENDS_GRANTS}  # fmt: skip
+    if ctx._conn.execute(db.query("finish_fenced"), params).fetchone() is None:
+        ctx._raise(Fenced(f"workflow {ctx.workflow_id}: epoch {ctx.epoch} no longer holds a "
+                          "live claim"))  # fmt: skip
+    if step["kind"] == "step" and step["name"] != STATUS_STEP:
+        killpoints.hit("step_after_record")  # committed, as _fenced_write fires it
+    return True
+
+
 def _newest_version(conn: db.Conn, name: str) -> str:
     row = conn.execute(db.query("newest_version"), {"name": name}).fetchone()
     if row is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import psycopg
@@ -160,7 +161,9 @@ def start_in(conn: db.Conn, *, wf_id: str, name: str, version: str | None,
               "input": db.jsonb(json.loads(input_text)), "queue": queue, "priority": priority,
               "queue_key": queue_key, "dedup_id": dedup_id, "wanted_version": wanted_version}  # fmt: skip
     try:
-        with conn.transaction():  # a savepoint: a dedup refusal leaves the caller's open
+        # a savepoint where a dedup refusal may come (it leaves the caller's transaction open);
+        # without a dedup id none can, and the insert saves the savepoint's two round trips
+        with conn.transaction() if dedup_id is not None else nullcontext():
             inserted = conn.execute(db.query("start_workflow"), params).fetchone() is not None
     except psycopg.errors.UniqueViolation:
         holder = conn.execute(db.query("dedup_holder"),
@@ -170,9 +173,7 @@ def start_in(conn: db.Conn, *, wf_id: str, name: str, version: str | None,
             f"queue {queue!r} already has a live run with dedup id {dedup_id!r}: {held}; nothing "
             "was started. Wait until it ends, or start with another dedup id"
         ) from None
-    if inserted and version:
-        conn.execute(db.query("notify_ready"), {"id": wf_id})
-    return inserted, version
+    return inserted, version  # a pending run's NOTIFY went with its insert
 
 
 def same_start(conn: db.Conn, wf_id: str, existing: db.Row, *, name: str, wanted: str | None,
@@ -212,13 +213,21 @@ class Claimer:
     def __init__(self, queues: Iterable[str] | str | None = None):
         self.queues = served(queues)
         self.limited: list[str] = []
+        self._fresh = False  # `limited` as next_due read it, before the wait this claim ends
 
     def claim(self, conn: db.Conn, params: dict[str, Any]) -> list[db.Row]:
         """Claim up to params['limit'] due runs. `params` holds names, versions, limit, owner,
-        ttl (the plain claim's)."""
+        ttl (the plain claim's).
+
+        Which served queues have limits is read by next_due before each wait (no round trip
+        here after a wake-up). A list older than that is safe: the plain claim never takes a
+        run of a queue limited at its own statement's time, so a queue limited since is only
+        claimed after the next next_due (a wait of at most 50 ms: its run is due)."""
         params = {**params, "queues": self.queues}
-        self.limited = [r["name"] for r in conn.execute(db.query("queue_limited_served"),
-                                                        {"queues": self.queues})]  # fmt: skip
+        if not self._fresh:
+            self.limited = [r["name"] for r in conn.execute(db.query("queue_limited_served"),
+                                                            {"queues": self.queues})]  # fmt: skip
+        self._fresh = False
         if not self.limited:
             return conn.execute(db.query("claim"), params).fetchall()
         params["limited"] = self.limited
@@ -231,5 +240,7 @@ class Claimer:
         """Seconds until something this worker serves may be claimable (None: nothing known)."""
         params = {**pairs, "queues": self.queues, "limited": self.limited}
         name = "next_due_limited" if self.limited else "next_due"
-        seconds: float | None = db.one(conn.execute(db.query(name), params))["seconds"]
+        row = db.one(conn.execute(db.query(name), params))
+        self.limited, self._fresh = list(row["limited"]), True
+        seconds: float | None = row["seconds"]
         return seconds

@@ -28,7 +28,7 @@ import psycopg
 
 from . import codec, db, durability, killpoints, local_postgres, migrations, timeouts, validate
 from .cli_parsing import Parser, checked
-from .context import ENDS_GRANTS, Run, WorkflowContext, port_of, workflow_input
+from .context import ENDS_GRANTS, Run, WorkflowContext, finish_in_one, port_of, workflow_input
 from .errors import (
     Cancelled,
     CodeChanged,
@@ -425,6 +425,8 @@ class Worker:
     def _finish(self, ctx: WorkflowContext, status: str, result: Any = None,
                 error: Any = None) -> None:  # fmt: skip
         try:
+            if status != "release" and finish_in_one(ctx, status, result, error):
+                return  # one fenced statement (issue 23); else the general form below
             port = port_of(ctx)
             with port.fenced_write():
                 conn = port.conn

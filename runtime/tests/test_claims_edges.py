@@ -98,3 +98,29 @@ def test_a_commit_after_the_lease_expired_is_fenced_with_no_successor(
     assert late == [], f"epoch {seen['epoch']} wrote after its lease expired: {late}"
     assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
     assert out["status"] in ("COMMITTED", "DUPLICATE_IGNORED")
+
+
+def _finish_in_one(conn, epoch: int) -> bool:
+    """The completion's single fenced statement (query finish_fenced) with a deferred step."""
+    params = {"wf": WF, "epoch": epoch, "status": "completed", "result": db.jsonb("done"),
+              "error": None, "seq": 1, "name": "s", "kind": "step", "fingerprint": None,
+              "output": db.jsonb("out"), "step_error": None, "ends_grants": True}  # fmt: skip
+    return conn.execute(db.query("finish_fenced"), params).fetchone() is not None
+
+
+def test_the_one_statement_completion_matches_only_a_live_lease_of_the_current_epoch(row) -> None:
+    _running(row, 3, 5)
+    assert not _finish_in_one(row, 2)  # a stale epoch, while the lease is live
+    assert not _finish_in_one(row, 4)
+    _running(row, 3, -0.5)  # the same epoch, its lease just expired, nobody claimed yet
+    assert not _finish_in_one(row, 3)
+    untouched = row.execute("select status, (select count(*) from ilr.steps where workflow_id "
+                            "= %s) as steps from ilr.workflows where id = %s", (WF, WF)).fetchone()  # fmt: skip
+    assert untouched == {"status": "running", "steps": 0}  # a refused completion writes nothing
+    _running(row, 3, 5)
+    assert _finish_in_one(row, 3)
+    done = row.execute("select status, result, owner, lease_expires_at, (select output from "
+                       "ilr.steps where workflow_id = %s and seq = 1) as step from ilr.workflows "
+                       "where id = %s", (WF, WF)).fetchone()  # fmt: skip
+    assert done == {"status": "completed", "result": "done", "owner": None,
+                    "lease_expires_at": None, "step": "out"}  # fmt: skip

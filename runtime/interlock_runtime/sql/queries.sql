@@ -58,6 +58,8 @@ select * from claimed;
 -- name: next_due
 -- Seconds until the earliest timer, backoff or lease expiry among the pairs this worker serves,
 -- so it wakes on time instead of waiting for the next poll (only in the queues it serves).
+-- `limited`: the served queues that have limits now (queue_limited_served), read here before
+-- each wait so the claim after the wake-up needs no round trip of its own for them.
 select extract(epoch from least(
          (select min(available_at) from ilr.workflows
            where status in ('pending','sleeping')
@@ -67,7 +69,10 @@ select extract(epoch from least(
            where status = 'running'
              and (name, version) in (select * from unnest(%(names)s::text[], %(versions)s::text[]))
              and (%(queues)s::text[] is null or queue = any(%(queues)s)))
-       ) - now())::float8 as seconds;
+       ) - now())::float8 as seconds,
+       array(select name from ilr.queues
+              where limited and (%(queues)s::text[] is null or name = any(%(queues)s))
+              order by name) as limited;
 
 -- name: load_steps
 select seq, name, kind, fingerprint, output, error, epoch, created_at
@@ -158,6 +163,33 @@ update ilr.workflows
    set status = %(status)s, result = %(result)s, error = %(error)s, owner = null,
        lease_expires_at = null, waiting = null, updated_at = now()
  where id = %(wf)s;
+
+-- name: finish_fenced
+-- The completion in one statement, so one round trip and one transaction (issue 23): the
+-- fence's condition (this claim's epoch, status running, a live lease by the database clock)
+-- is the WHERE of the outcome's own update, and every other write of the statement hangs off
+-- its row: the step record the run deferred (none when seq is null; it resets takeovers as
+-- insert_step does) and the end of the run's grants (ends_grants). Claim gone: no row, nothing
+-- written. The worker falls back to fence + finish for anything else (a parent to signal,
+-- more than one deferred record).
+with outcome as (
+  update ilr.workflows
+     set status = %(status)s, result = %(result)s, error = %(error)s, owner = null,
+         lease_expires_at = null, waiting = null, updated_at = now(),
+         takeovers = case when %(seq)s::int is null then takeovers else 0 end
+   where id = %(wf)s and status = 'running' and epoch = %(epoch)s
+     and lease_expires_at > now()
+  returning id),
+step as (
+  insert into ilr.steps (workflow_id, seq, name, kind, fingerprint, output, error, epoch)
+  select id, %(seq)s, %(name)s, %(kind)s, %(fingerprint)s, %(output)s, %(step_error)s, %(epoch)s
+    from outcome where %(seq)s::int is not null
+  returning seq),
+grants as (
+  select ilr.end_workflow_grants(id, 'workflow finished') as ended
+    from outcome where %(ends_grants)s)
+select id, (select count(*) from step) as steps, (select count(*) from grants) as grants
+  from outcome;
 
 -- name: release
 -- A worker stopping on SIGTERM hands its run back at once, so a peer need not wait for the

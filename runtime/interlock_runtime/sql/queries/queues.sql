@@ -171,7 +171,7 @@ history as (
 select * from claimed;
 
 -- name: next_due_limited
--- next_due for a worker serving limited queues. A due row of a limited queue that the claim
+-- next_due for a worker serving limited queues (with next_due's `limited` column). A due row of a limited queue that the claim
 -- left is held by a limit: a slot freeing wakes the worker (NOTIFY from the trigger of
 -- migration 0005), and so does the moment a rate window lets the next start through.
 select extract(epoch from least(
@@ -191,7 +191,10 @@ select extract(epoch from least(
             join ilr.workflows r on r.queue = q.name
            where q.name = any(%(limited)s) and r.queue_key is not null
              and r.started_at > now() - q.per_key_rate_period)
-       ) - now())::float8 as seconds;
+       ) - now())::float8 as seconds,
+       array(select name from ilr.queues
+              where limited and (%(queues)s::text[] is null or name = any(%(queues)s))
+              order by name) as limited;
 
 -- ============================================================================================
 -- Starts: on a queue, with a priority and keys; before any worker serves the workflow.
@@ -211,12 +214,18 @@ select ilr.resolve_awaiting(%(name)s) as resolved;
 -- name: start_workflow
 -- rt.start. Idempotent on id: a second start with the same id inserts nothing and the caller
 -- compares. A live run with the same (queue, dedup_id) raises a unique violation (wf_dedup).
-insert into ilr.workflows (id, name, version, input, status, queue, priority, queue_key,
-                           dedup_id, wanted_version)
-values (%(id)s, %(name)s, %(version)s, %(input)s, %(status)s, %(queue)s, %(priority)s,
-        %(queue_key)s, %(dedup_id)s, %(wanted_version)s)
-on conflict (id) do nothing
-returning id;
+-- A run inserted pending wakes the workers (NOTIFY ilr_ready, delivered at commit) in this
+-- statement: one round trip less than notify_ready after it.
+with started as (
+  insert into ilr.workflows (id, name, version, input, status, queue, priority, queue_key,
+                             dedup_id, wanted_version)
+  values (%(id)s, %(name)s, %(version)s, %(input)s, %(status)s, %(queue)s, %(priority)s,
+          %(queue_key)s, %(dedup_id)s, %(wanted_version)s)
+  on conflict (id) do nothing
+  returning id, status),
+woken as (
+  select pg_notify('ilr_ready', id) from started where status = 'pending')
+select id, (select count(*) from woken) as woken from started;
 
 -- name: dedup_holder
 -- The live run that holds a (queue, dedup_id), for the refusal's message.
