@@ -753,6 +753,13 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(argv[1:])
     if argv and argv[0] == "pass":
         return pass_main(argv[1:])
+    if argv and argv[0] == "render":  # render JSON MD [COMMAND]: the markdown of a stored run
+        report = json.loads(Path(argv[1]).read_text())
+        command = report.get("command") or (
+            argv[3] if len(argv) > 3 else "python -m prove.profile_onestep"
+        )
+        Path(argv[2]).write_text(render(report, command))
+        return 0
     ap = argparse.ArgumentParser(prog="python -m prove.profile_onestep",
                                  description=__doc__.split("\n")[0])  # fmt: skip
     for k, v in FULL.items():
@@ -769,7 +776,10 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"before": Path(args.before).resolve()} if args.before else {}
     variants["after" if args.before else "this"] = ROOT
     report = run(cfg, variants)
-    command = "python -m prove.profile_onestep " + " ".join(argv)
+    shown = [f"<a checkout of {report['variants']['before']['commit'][:12]}>"
+             if i > 0 and argv[i - 1] == "--before" else a for i, a in enumerate(argv)]  # fmt: skip
+    command = "python -m prove.profile_onestep " + " ".join(shown)  # no machine paths
+    report["command"] = command.strip()
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
         Path(args.json).with_suffix(".md").write_text(render(report, command.strip()))
