@@ -174,7 +174,11 @@ def test_each_overlap_policy_decides_the_ticks_it_finds_due(dsn: str, conn) -> N
         started = Counter(
             r["id"].split("@")[0] for r in conn.execute("select id from ilr.workflows")
         )
-        assert started == {"skip": 1, "buffer_one": 1, "allow_all": 4}
+        # a second may begin between _back and the pass on a busy machine: one tick more, due
+        # too; skip and buffer_one skip it, allow_all starts it
+        allow_all = _fires(conn, "allow_all")
+        assert len(allow_all) in (4, 5) and {f["outcome"] for f in allow_all} == {"started"}
+        assert started == {"skip": 1, "buffer_one": 1, "allow_all": len(allow_all)}
         # the buffered tick starts once the run it waited for has ended, and not before
         buffered = _fires(conn, "buffer_one")[1]
         fire_due(conn)
@@ -327,14 +331,19 @@ def test_a_worker_killed_mid_pass_loses_no_tick_and_doubles_none(dsn: str, conn,
     assert conn.execute("select next_fire_at from ilr.schedules").fetchone()["next_fire_at"] == due
     heir = workers("heir", poll=0.2)
     wait_for(lambda: len(_fires(conn, "k")) >= 5, 30, "five ticks after the kill")
+
+    def completed() -> int:
+        sql = "select count(*) from ilr.workflows where status = 'completed'"
+        return int(conn.execute(sql).fetchone()["count"])
+
+    # and the runs it started ran (waited for: on a busy machine they trail the fires)
+    wait_for(lambda: completed() >= 3, 30, "the heir to run what it started")
     heir.signal(signal.SIGTERM)
     heir.proc.wait(timeout=20)
     ticks = _contiguous(conn, "k")
     assert ticks[0] == due  # the tick the killed pass held was fired, by the heir, once
     per_tick = _started_per_tick(conn)
     assert len(per_tick) == len(ticks) and set(per_tick.values()) == {1}
-    done = conn.execute("select count(*) from ilr.workflows where status = 'completed'").fetchone()
-    assert done["count"] >= len(ticks) - 2  # and the runs it started ran
 
 
 class Ran:
