@@ -1,6 +1,7 @@
 """One asyncio worker process holds many runs (docs/async.md): 256 in flight on an async step
-at once (a coroutine each, not a thread), then 1,000 parked on a signal (rows, nothing in the
-process), all finished after their signals. The RSS and thread count are printed."""
+at once (a coroutine each, not a thread), then 400 parked on a signal (rows, nothing in the
+process), all finished after their signals. The RSS and thread count are printed. The 10,000
+parked runs of the issue are the bench's to hold (make bench), not make test's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import psycopg
 from conftest import wait_for
 from interlock_runtime import Runtime
 
-RUNS = 1000
+RUNS = 400
 IN_FLIGHT = 256  # --concurrency's ceiling
 
 
@@ -29,7 +30,7 @@ def count(conn: psycopg.Connection, status: str) -> int:
                         (status,)).fetchone()["n"]  # fmt: skip
 
 
-def test_one_async_worker_holds_a_thousand_parked_runs(dsn, workers, conn) -> None:
+def test_one_async_worker_holds_hundreds_of_parked_runs(dsn, workers, conn) -> None:
     with Runtime(dsn) as rt:
         for i in range(RUNS):
             rt.start(async_flows.a_parked, f"p-{i}", {"hold": 2.0})
