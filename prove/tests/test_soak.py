@@ -45,7 +45,7 @@ def test_slope_is_least_squares_per_minute() -> None:
 
 def test_the_failover_mode_rides_through_a_failover_and_a_crash_restart() -> None:
     report = soak.run_soak({
-        "workflows": 8, "workers": 2, "minutes": 1.5, "seed": 20261202, "drain_s": 45.0,
+        "workflows": 8, "workers": 2, "minutes": 0.8, "seed": 20261202, "drain_s": 30.0,
         "kill_every": 6.0, "sample_every": 0, "rss_every": 1.0, "start_rate": 2.0,
         "failover": True, "failovers": 1, "crash_restarts": 1,
     }, log=lambda *a: None)  # fmt: skip
