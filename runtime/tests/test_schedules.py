@@ -221,12 +221,13 @@ def test_catch_up_after_downtime_is_bounded_by_the_window(dsn: str, conn) -> Non
         _back(conn, "every", 3600)  # an hour of downtime
         conn.execute("update ilr.schedules set next_fire_at = date_trunc('minute', now()) "
                      "- interval '3 days' where id = 'cron'")  # fmt: skip
+        # read before the pass: a later now() may already be past the next tick the pass set
+        now = conn.execute("select now()").fetchone()["now"]
         fire_due(conn)
         every, cron = rt.describe_schedule("every"), rt.describe_schedule("cron")
-        now = conn.execute("select now()").fetchone()["now"]
     ticks = [f["tick"] for f in _fires(conn, "every")]
     assert 10 <= len(ticks) <= 12 and min(ticks) >= now - timedelta(seconds=11)
-    assert every["missed_ticks"] + len(ticks) == 3601
+    assert every["missed_ticks"] + len(ticks) in (3601, 3602)  # a second may begin meanwhile
     assert len(_fires(conn, "cron")) <= 2 and 3 * 1440 - 2 <= cron["missed_ticks"] <= 3 * 1440
     assert every["next_fire_at"] > now and cron["next_fire_at"] > now
 
