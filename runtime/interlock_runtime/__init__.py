@@ -41,7 +41,7 @@ from .errors import (
     WorkflowTimedOut,
 )
 from .runtime import Runtime
-from .targets import EffectTarget, HttpTarget
+from .targets import AsyncHttpTarget, EffectTarget, HttpTarget
 from .workflow import workflow
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ def __getattr__(name: str) -> type[Worker]:
 
 
 __all__ = [
+    "AsyncHttpTarget",
     "Cancelled",
     "Decision",
     "CodeChanged",

@@ -13,11 +13,16 @@ anything is written; this module does not change what that check accepts.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import importlib
+import inspect
 import json
 import string
 import urllib.error
 import urllib.parse
 import urllib.request
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -26,6 +31,7 @@ from .errors import InterlockError, InvalidInput, TargetRejected
 from .telemetry import trace_headers
 
 __all__ = [
+    "AsyncHttpTarget",
     "EffectTarget",
     "HttpTarget",
     "HttpTargetError",
@@ -130,6 +136,10 @@ class EffectTarget(Protocol):
           `send_deadline + settle_margin`; recovery then resolves it by tier.
 
         Both kinds of exception count as a failure for the circuit breaker.
+
+        `apply` (and `query`) may be `async def`: an asyncio worker awaits them on its event
+        loop (a run waiting on the target costs a coroutine, not a thread), under the same
+        gate; a plain worker runs the coroutine on an event loop of its own for that call.
         """
         ...
 
@@ -195,6 +205,9 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+_OPENER = urllib.request.build_opener(_NoRedirect())
+
+
 def _decode(raw: bytes) -> Any:
     if not raw:
         return None
@@ -225,7 +238,226 @@ def _redact(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
 
-class HttpTarget:
+class _HttpDeclared:
+    """What HttpTarget and AsyncHttpTarget share: the constructor's checks, the headers of a
+    send, how an answer and a lookup's answer are read, the lookup URL and the premises. The
+    two differ only in how a request travels (urllib in a thread, or httpx on the loop)."""
+
+    NOT_DEFINITE = frozenset({408, 409, 429})
+    """4xx statuses that are *not* a definite refusal: 408 (request timeout), 409 (the key is
+    in use by a request still being processed) and 429 (rate limited) may still be followed
+    by the effect landing, so they raise `HttpTargetError`, not `TargetRejected`."""
+
+    action: str
+    send_timeout: float
+    settle_margin: float
+    premise_max_age: float
+    dedup_window: float
+    dedup_margin: float
+    breaker_cooldown: float
+
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        tier: int,
+        *,
+        lookup: str | Callable[[str, Any], Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        action: str | None = None,
+        send_timeout: float | None = None,
+        settle_margin: float | None = None,
+        premise_max_age: float | None = None,
+        dedup_window: float | None = None,
+        dedup_margin: float | None = None,
+        breaker_threshold: int | None = None,
+        breaker_cooldown: float | None = None,
+        premise_check: Callable[[Any, str], Iterable[str]] | None = None,
+        sender_headers: tuple[str, str] | None = ("X-Interlock-Worker", "X-Interlock-Epoch"),
+        idempotency_header: str = "Idempotency-Key",
+        absent_on_404: bool = False,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidInput(f"name must be a non-empty string (the target's stable name), "
+                               f"got {name!r}")  # fmt: skip
+        label = f"{type(self).__name__} {name!r}"
+        if isinstance(tier, bool) or tier not in (1, 2, 3):
+            raise InvalidInput(
+                f"{label}: tier must be 1 (the server dedupes the Idempotency-Key), "
+                f"2 (it does not, but answers lookups: pass lookup=...) or 3 (neither), "
+                f"got {tier!r}"
+            )
+        _check_url(url, f"{label}: url")
+        if tier == 3 and lookup is not None:
+            raise InvalidInput(
+                f"{label}: tier 3 means the server can be neither asked nor trusted "
+                "to dedupe, so it takes no lookup; a server that answers lookups is tier 2 (or "
+                "tier 1 if it also dedupes the Idempotency-Key)"
+            )
+        if tier == 2 and lookup is None:
+            raise InvalidInput(
+                f"{label}: tier 2 needs lookup=... (a URL template with "
+                "{effect_id}, or a callable): recovery must ask the server whether a send "
+                "landed before it resends; a server that cannot be asked is tier 3"
+            )
+        self._lookup_fields: list[str] = []
+        if isinstance(lookup, str):
+            self._lookup_fields = self._check_template(label, lookup)
+        elif lookup is not None and not callable(lookup):
+            raise InvalidInput(f"{label}: lookup must be a URL template or a "
+                               f"callable (effect_id, payload), got {lookup!r}")  # fmt: skip
+        if not isinstance(idempotency_header, str) or not idempotency_header:
+            raise InvalidInput(f"{label}: idempotency_header must be a header name")
+        self._headers = self._check_headers(label, headers, idempotency_header, sender_headers)
+        if premise_check is not None and not callable(premise_check):
+            raise InvalidInput(f"{label}: premise_check must be a callable "
+                               "(premises, effect_id) -> violations")  # fmt: skip
+        if action is not None:
+            if not isinstance(action, str) or not action:
+                raise InvalidInput(f"{label}: action must be a non-empty string "
+                                   f"(the action grants name), got {action!r}")  # fmt: skip
+            self.action = action
+
+        self.name = name
+        self.url = url
+        self.tier = tier
+        self.queryable = lookup is not None
+        timings = {"send_timeout": send_timeout, "settle_margin": settle_margin,
+                   "premise_max_age": premise_max_age, "dedup_window": dedup_window,
+                   "dedup_margin": dedup_margin, "breaker_cooldown": breaker_cooldown}  # fmt: skip
+        for key, value in timing_values(timings, f"{label}: ").items():
+            setattr(self, key, value)
+        self.breaker_threshold = breaker_threshold
+        self.idempotency_header = idempotency_header
+        self.sender_headers = sender_headers
+        self.absent_on_404 = bool(absent_on_404)
+        self._lookup = lookup
+        self._premise_check = premise_check
+        check_target(self)  # the runtime's own rules (tier 1 dedup margin, breaker threshold)
+
+    @staticmethod
+    def _check_template(label: str, template: str) -> list[str]:
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError as exc:
+            raise InvalidInput(f"{label}: lookup template {template!r}: {exc} "
+                               "(write a literal brace as {{ or }})") from None  # fmt: skip
+        fields = []
+        for _, field, spec, conversion in parsed:
+            if field is None:
+                continue
+            if not field.isidentifier() or spec or conversion:
+                raise InvalidInput(
+                    f"{label}: lookup template field {{{field}}} is not a plain "
+                    "name; use {effect_id} and top-level payload keys such as {payment}"
+                )
+            fields.append(field)
+        if "effect_id" not in fields:
+            raise InvalidInput(f"{label}: the lookup template must contain "
+                               f"{{effect_id}} (what to ask about), got {template!r}")  # fmt: skip
+        _check_url(template.replace("{", "").replace("}", ""), f"{label}: lookup")
+        return fields
+
+    @staticmethod
+    def _check_headers(label: str, headers: Mapping[str, str] | None, idempotency_header: str,
+                       sender_headers: tuple[str, str] | None) -> dict[str, str]:  # fmt: skip
+        if headers is not None and not isinstance(headers, Mapping):
+            raise InvalidInput(f"{label}: headers must be a mapping of header "
+                               "names to strings")  # fmt: skip
+        if sender_headers is not None and (
+            not isinstance(sender_headers, (tuple, list))
+            or len(sender_headers) != 2
+            or not all(isinstance(h, str) and h for h in sender_headers)
+        ):
+            raise InvalidInput(f"{label}: sender_headers must be two header names "
+                               "(worker, epoch) or None")  # fmt: skip
+        out = dict(headers or {})
+        ours = [h.lower() for h in (idempotency_header, *(sender_headers or ()))]
+        for key, value in out.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise InvalidInput(f"{label}: header {key!r} must map a string "
+                                   "name to a string value")  # fmt: skip
+            if any(c in key + value for c in "\r\n"):
+                raise InvalidInput(f"{label}: header {key!r} contains a line break")
+            if key.lower() in ours:
+                raise InvalidInput(f"{label}: header {key!r} is set per request by "
+                                   "the target (the effect id, the worker, the epoch); leave "
+                                   "it out of headers")  # fmt: skip
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {_redact(self.url)!r}, tier={self.tier})"
+
+    def _send_headers(self, effect_id: str, worker: str | None,
+                      epoch: int | None) -> dict[str, str]:  # fmt: skip
+        headers = {self.idempotency_header: effect_id}
+        if self.sender_headers is not None:
+            if worker is not None:
+                headers[self.sender_headers[0]] = str(worker)
+            if epoch is not None:
+                headers[self.sender_headers[1]] = str(epoch)
+        return headers
+
+    def _request_headers(self, data: bytes | None,
+                         headers: Mapping[str, str] | None) -> dict[str, str]:  # fmt: skip
+        out = {"Accept": "application/json"}
+        if data is not None:
+            out["Content-Type"] = "application/json"
+        # the current span's context (W3C traceparent) first: a header of the caller's wins
+        out.update({**trace_headers(), **self._headers, **(headers or {})})
+        return out
+
+    def _applied(self, status: int, body: Any) -> Any:
+        """A POST's answer: the body on 2xx, else TargetRejected or HttpTargetError."""
+        if 200 <= status < 300:
+            return body
+        if 400 <= status < 500 and status not in self.NOT_DEFINITE:
+            raise TargetRejected(_reason(status, body), {"status": status, "body": body})
+        raise HttpTargetError(status, body, f"{self.name}: POST {_redact(self.url)}")
+
+    def _no_lookup(self) -> NoLookup:
+        return NoLookup(f"{self!r} has no lookup (tier {self.tier}); pass lookup=... to ask")
+
+    def _found(self, effect_id: str, status: int, body: Any) -> Any:
+        """A lookup template's answer, read as the class documentation says."""
+        if status == 404 and self.absent_on_404:
+            return None
+        what = f"{self.name}: lookup of {effect_id}"
+        if status != 200:
+            raise HttpTargetError(status, body, what)
+        if body is None or body == []:
+            return None
+        if isinstance(body, list):
+            first = body[0]
+            found = dict(first) if isinstance(first, dict) else {"found": first}
+            found["count"] = len(body)
+            return found
+        if isinstance(body, dict) and body:
+            return body
+        raise HttpTargetError(status, body, f"{what}: expected a JSON list or object, so it "
+                              "cannot tell whether the effect landed")  # fmt: skip
+
+    def _lookup_url(self, effect_id: str, payload: Any) -> str:
+        values = {"effect_id": effect_id}
+        for field in self._lookup_fields:
+            if field == "effect_id":
+                continue
+            if not isinstance(payload, dict) or field not in payload:
+                raise InvalidInput(f"{self!r}: the lookup template needs {{{field}}}, which is "
+                                   "not a top-level key of the effect's payload")  # fmt: skip
+            values[field] = str(payload[field])
+        quoted = {k: urllib.parse.quote(v, safe="") for k, v in values.items()}
+        assert isinstance(self._lookup, str)
+        return self._lookup.format(**quoted)
+
+    def validate_premises(self, premises: Any, effect_id: str) -> list[str]:
+        """`premise_check(premises, effect_id)` as a list; `[]` without a `premise_check`."""
+        if self._premise_check is None:
+            return []
+        return [str(v) for v in self._premise_check(premises, effect_id)]
+
+
+class HttpTarget(_HttpDeclared):
     """A JSON-over-HTTP effect target (standard library only).
 
     `apply` POSTs the payload as JSON to `url` with the header `Idempotency-Key: <effect_id>`
@@ -290,151 +522,6 @@ class HttpTarget:
     e.g. tier 1's `dedup_margin > send_timeout + settle_margin`) runs in the constructor too.
     """
 
-    NOT_DEFINITE = frozenset({408, 409, 429})
-    """4xx statuses that are *not* a definite refusal: 408 (request timeout), 409 (the key is
-    in use by a request still being processed) and 429 (rate limited) may still be followed
-    by the effect landing, so they raise `HttpTargetError`, not `TargetRejected`."""
-
-    action: str
-    send_timeout: float
-    settle_margin: float
-    premise_max_age: float
-    dedup_window: float
-    dedup_margin: float
-    breaker_cooldown: float
-
-    def __init__(
-        self,
-        name: str,
-        url: str,
-        tier: int,
-        *,
-        lookup: str | Callable[[str, Any], Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        action: str | None = None,
-        send_timeout: float | None = None,
-        settle_margin: float | None = None,
-        premise_max_age: float | None = None,
-        dedup_window: float | None = None,
-        dedup_margin: float | None = None,
-        breaker_threshold: int | None = None,
-        breaker_cooldown: float | None = None,
-        premise_check: Callable[[Any, str], Iterable[str]] | None = None,
-        sender_headers: tuple[str, str] | None = ("X-Interlock-Worker", "X-Interlock-Epoch"),
-        idempotency_header: str = "Idempotency-Key",
-        absent_on_404: bool = False,
-    ) -> None:
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidInput(f"name must be a non-empty string (the target's stable name), "
-                               f"got {name!r}")  # fmt: skip
-        if isinstance(tier, bool) or tier not in (1, 2, 3):
-            raise InvalidInput(
-                f"HttpTarget {name!r}: tier must be 1 (the server dedupes the Idempotency-Key), "
-                f"2 (it does not, but answers lookups: pass lookup=...) or 3 (neither), "
-                f"got {tier!r}"
-            )
-        _check_url(url, f"HttpTarget {name!r}: url")
-        if tier == 3 and lookup is not None:
-            raise InvalidInput(
-                f"HttpTarget {name!r}: tier 3 means the server can be neither asked nor trusted "
-                "to dedupe, so it takes no lookup; a server that answers lookups is tier 2 (or "
-                "tier 1 if it also dedupes the Idempotency-Key)"
-            )
-        if tier == 2 and lookup is None:
-            raise InvalidInput(
-                f"HttpTarget {name!r}: tier 2 needs lookup=... (a URL template with "
-                "{effect_id}, or a callable): recovery must ask the server whether a send "
-                "landed before it resends; a server that cannot be asked is tier 3"
-            )
-        self._lookup_fields: list[str] = []
-        if isinstance(lookup, str):
-            self._lookup_fields = self._check_template(name, lookup)
-        elif lookup is not None and not callable(lookup):
-            raise InvalidInput(f"HttpTarget {name!r}: lookup must be a URL template or a "
-                               f"callable (effect_id, payload), got {lookup!r}")  # fmt: skip
-        if not isinstance(idempotency_header, str) or not idempotency_header:
-            raise InvalidInput(f"HttpTarget {name!r}: idempotency_header must be a header name")
-        self._headers = self._check_headers(name, headers, idempotency_header, sender_headers)
-        if premise_check is not None and not callable(premise_check):
-            raise InvalidInput(f"HttpTarget {name!r}: premise_check must be a callable "
-                               "(premises, effect_id) -> violations")  # fmt: skip
-        if action is not None:
-            if not isinstance(action, str) or not action:
-                raise InvalidInput(f"HttpTarget {name!r}: action must be a non-empty string "
-                                   f"(the action grants name), got {action!r}")  # fmt: skip
-            self.action = action
-
-        self.name = name
-        self.url = url
-        self.tier = tier
-        self.queryable = lookup is not None
-        timings = {"send_timeout": send_timeout, "settle_margin": settle_margin,
-                   "premise_max_age": premise_max_age, "dedup_window": dedup_window,
-                   "dedup_margin": dedup_margin, "breaker_cooldown": breaker_cooldown}  # fmt: skip
-        for key, value in timing_values(timings, f"HttpTarget {name!r}: ").items():
-            setattr(self, key, value)
-        self.breaker_threshold = breaker_threshold
-        self.idempotency_header = idempotency_header
-        self.sender_headers = sender_headers
-        self.absent_on_404 = bool(absent_on_404)
-        self._lookup = lookup
-        self._premise_check = premise_check
-        self._opener = urllib.request.build_opener(_NoRedirect())
-        check_target(self)  # the runtime's own rules (tier 1 dedup margin, breaker threshold)
-
-    @staticmethod
-    def _check_template(name: str, template: str) -> list[str]:
-        try:
-            parsed = list(string.Formatter().parse(template))
-        except ValueError as exc:
-            raise InvalidInput(f"HttpTarget {name!r}: lookup template {template!r}: {exc} "
-                               "(write a literal brace as {{ or }})") from None  # fmt: skip
-        fields = []
-        for _, field, spec, conversion in parsed:
-            if field is None:
-                continue
-            if not field.isidentifier() or spec or conversion:
-                raise InvalidInput(
-                    f"HttpTarget {name!r}: lookup template field {{{field}}} is not a plain "
-                    "name; use {effect_id} and top-level payload keys such as {payment}"
-                )
-            fields.append(field)
-        if "effect_id" not in fields:
-            raise InvalidInput(f"HttpTarget {name!r}: the lookup template must contain "
-                               f"{{effect_id}} (what to ask about), got {template!r}")  # fmt: skip
-        _check_url(template.replace("{", "").replace("}", ""), f"HttpTarget {name!r}: lookup")
-        return fields
-
-    @staticmethod
-    def _check_headers(name: str, headers: Mapping[str, str] | None, idempotency_header: str,
-                       sender_headers: tuple[str, str] | None) -> dict[str, str]:  # fmt: skip
-        if headers is not None and not isinstance(headers, Mapping):
-            raise InvalidInput(f"HttpTarget {name!r}: headers must be a mapping of header "
-                               "names to strings")  # fmt: skip
-        if sender_headers is not None and (
-            not isinstance(sender_headers, (tuple, list))
-            or len(sender_headers) != 2
-            or not all(isinstance(h, str) and h for h in sender_headers)
-        ):
-            raise InvalidInput(f"HttpTarget {name!r}: sender_headers must be two header names "
-                               "(worker, epoch) or None")  # fmt: skip
-        out = dict(headers or {})
-        ours = [h.lower() for h in (idempotency_header, *(sender_headers or ()))]
-        for key, value in out.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise InvalidInput(f"HttpTarget {name!r}: header {key!r} must map a string "
-                                   "name to a string value")  # fmt: skip
-            if any(c in key + value for c in "\r\n"):
-                raise InvalidInput(f"HttpTarget {name!r}: header {key!r} contains a line break")
-            if key.lower() in ours:
-                raise InvalidInput(f"HttpTarget {name!r}: header {key!r} is set per request by "
-                                   "the target (the effect id, the worker, the epoch); leave "
-                                   "it out of headers")  # fmt: skip
-        return out
-
-    def __repr__(self) -> str:
-        return f"HttpTarget({self.name!r}, {_redact(self.url)!r}, tier={self.tier})"
-
     # -- HTTP ---------------------------------------------------------------------------------
 
     def request(self, method: str, url: str, body: Any = None, *,
@@ -446,15 +533,11 @@ class HttpTarget:
         `send_timeout`. Meant for lookup callables."""
         data = None if body is None and method == "GET" else _json_bytes(body)
         req = urllib.request.Request(url, data=data, method=method)
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        # the current span's context (W3C traceparent) first: a header of the caller's wins
-        for key, value in {**trace_headers(), **self._headers, **(headers or {})}.items():
+        for key, value in self._request_headers(data, headers).items():
             req.add_header(key, value)
         wait = self.send_timeout if timeout is None else timeout
         try:
-            with self._opener.open(req, timeout=wait) as resp:
+            with _OPENER.open(req, timeout=wait) as resp:
                 return resp.status, _decode(resp.read())
         except urllib.error.HTTPError as e:
             with e:
@@ -469,62 +552,107 @@ class HttpTarget:
     def apply(self, effect_id: str, payload: Any, *, worker: str | None = None,
               epoch: int | None = None, timeout: float | None = None) -> Any:  # fmt: skip
         """POST the payload; see the class documentation for what each answer means."""
-        headers = {self.idempotency_header: effect_id}
-        if self.sender_headers is not None:
-            if worker is not None:
-                headers[self.sender_headers[0]] = str(worker)
-            if epoch is not None:
-                headers[self.sender_headers[1]] = str(epoch)
-        status, body = self.request("POST", self.url, payload, headers=headers, timeout=timeout)
-        if 200 <= status < 300:
-            return body
-        if 400 <= status < 500 and status not in self.NOT_DEFINITE:
-            raise TargetRejected(_reason(status, body), {"status": status, "body": body})
-        raise HttpTargetError(status, body, f"{self.name}: POST {_redact(self.url)}")
+        headers = self._send_headers(effect_id, worker, epoch)
+        return self._applied(*self.request("POST", self.url, payload, headers=headers,
+                                           timeout=timeout))  # fmt: skip
 
     def query(self, effect_id: str, payload: Any = None) -> Any:
         """Ask whether `effect_id` landed, through `lookup` (see the class documentation).
         Raises [`NoLookup`][interlock_runtime.targets.NoLookup] when there is none."""
         if self._lookup is None:
-            raise NoLookup(f"{self!r} has no lookup (tier {self.tier}); pass lookup=... to ask")
+            raise self._no_lookup()
         if callable(self._lookup):
             return self._lookup(effect_id, payload)
-        status, body = self.request("GET", self._lookup_url(effect_id, payload))
-        if status == 404 and self.absent_on_404:
-            return None
-        what = f"{self.name}: lookup of {effect_id}"
-        if status != 200:
-            raise HttpTargetError(status, body, what)
-        if body is None or body == []:
-            return None
-        if isinstance(body, list):
-            first = body[0]
-            found = dict(first) if isinstance(first, dict) else {"found": first}
-            found["count"] = len(body)
-            return found
-        if isinstance(body, dict) and body:
-            return body
-        raise HttpTargetError(status, body, f"{what}: expected a JSON list or object, so it "
-                              "cannot tell whether the effect landed")  # fmt: skip
+        return self._found(effect_id, *self.request("GET", self._lookup_url(effect_id, payload)))
 
-    def _lookup_url(self, effect_id: str, payload: Any) -> str:
-        values = {"effect_id": effect_id}
-        for field in self._lookup_fields:
-            if field == "effect_id":
-                continue
-            if not isinstance(payload, dict) or field not in payload:
-                raise InvalidInput(f"{self!r}: the lookup template needs {{{field}}}, which is "
-                                   "not a top-level key of the effect's payload")  # fmt: skip
-            values[field] = str(payload[field])
-        quoted = {k: urllib.parse.quote(v, safe="") for k, v in values.items()}
-        assert isinstance(self._lookup, str)
-        return self._lookup.format(**quoted)
 
-    def validate_premises(self, premises: Any, effect_id: str) -> list[str]:
-        """`premise_check(premises, effect_id)` as a list; `[]` without a `premise_check`."""
-        if self._premise_check is None:
-            return []
-        return [str(v) for v in self._premise_check(premises, effect_id)]
+class AsyncHttpTarget(_HttpDeclared):
+    """HttpTarget for `async def` workflows: the same arguments, checks, headers and reading
+    of every answer (see [`HttpTarget`][interlock_runtime.targets.HttpTarget]), with `apply`
+    and `query` coroutines, so that a run waiting on the server costs a coroutine on the
+    worker's event loop, not a thread (docs/async.md#effects).
+
+    Needs the `async-http` extra (`pip install 'interlock-runtime[async-http]'`, which brings
+    httpx); constructing one without it raises InvalidInput naming the extra.
+
+    The runtime awaits `apply` on the loop under the same gate as any send: the stopwatch
+    started before T_dispatch, the local lease check right before the send, `timeout` = what
+    is left of `send_timeout` (httpx applies it to the connect and to each read and write),
+    and the watchdog thread that ends the process at the send deadline, even when the loop is
+    blocked. `lookup` may be a URL template, a plain callable or an `async def` callable
+    (effect_id, payload); a callable may use `await target.request(...)`. `premise_check` is
+    a plain function (run in a thread by the asyncio worker).
+
+    Redirects are never followed. One connection pool per event loop (httpx.AsyncClient),
+    kept for the target's life; a plain worker may use this target too (each send then runs
+    on a short event loop of its own, without connection reuse).
+    """
+
+    def __init__(self, name: str, url: str, tier: int, **kwargs: Any) -> None:
+        _httpx()  # the missing extra is named before anything else
+        super().__init__(name, url, tier, **kwargs)
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = _httpx().AsyncClient(follow_redirects=False)
+        return client
+
+    async def request(self, method: str, url: str, body: Any = None, *,
+                      headers: Mapping[str, str] | None = None,
+                      timeout: float | None = None) -> tuple[int, Any]:  # fmt: skip
+        """HttpTarget.request, awaited: `(status, decoded body)` for any HTTP status;
+        connection errors and timeouts raise (httpx's TransportError and TimeoutException,
+        which the runtime reads as "may have happened")."""
+        httpx = _httpx()
+        data = None if body is None and method == "GET" else _json_bytes(body)
+        wait = self.send_timeout if timeout is None else timeout
+        if not SHORT_LOOP.get():
+            client = self._client()
+            resp = await client.request(method, url, content=data,
+                                        headers=self._request_headers(data, headers),
+                                        timeout=httpx.Timeout(wait))  # fmt: skip
+        else:  # a loop of its own for this call only (a plain worker): no pool to keep
+            async with httpx.AsyncClient(follow_redirects=False) as client:
+                resp = await client.request(method, url, content=data,
+                                            headers=self._request_headers(data, headers),
+                                            timeout=httpx.Timeout(wait))  # fmt: skip
+        return resp.status_code, _decode(resp.content)
+
+    async def apply(self, effect_id: str, payload: Any, *, worker: str | None = None,
+                    epoch: int | None = None, timeout: float | None = None) -> Any:  # fmt: skip
+        """POST the payload; HttpTarget.apply's answers, awaited."""
+        headers = self._send_headers(effect_id, worker, epoch)
+        return self._applied(*await self.request("POST", self.url, payload, headers=headers,
+                                                 timeout=timeout))  # fmt: skip
+
+    async def query(self, effect_id: str, payload: Any = None) -> Any:
+        """HttpTarget.query, awaited (an async lookup callable is awaited too)."""
+        if self._lookup is None:
+            raise self._no_lookup()
+        if callable(self._lookup):
+            found = self._lookup(effect_id, payload)
+            return await found if inspect.isawaitable(found) else found
+        url = self._lookup_url(effect_id, payload)
+        return self._found(effect_id, *await self.request("GET", url))
+
+
+def _httpx() -> Any:
+    try:
+        return importlib.import_module("httpx")
+    except ImportError:
+        raise InvalidInput("AsyncHttpTarget needs httpx: pip install "
+                           "'interlock-runtime[async-http]'") from None  # fmt: skip
+
+
+# True inside an event loop made for one call (effect_send runs an async target's coroutine
+# with asyncio.run from a plain worker's thread): a pooled client would outlive its loop.
+SHORT_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar("interlock_short_loop",
+                                                                  default=False)  # fmt: skip
 
 
 def _json_bytes(body: Any) -> bytes:
