@@ -21,6 +21,19 @@ from interlock_runtime.testing import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[1]
 FLOWS_MODULE = "conformance.parity_flows"
+# The worker kind a run uses: "sync" serves plain workflows, "async" `async def` ones on the
+# asyncio worker (`--async`, docs/async.md). The suites take it as a parameter; the evidence
+# they judge (the database, the target's ledger and access log) does not depend on it.
+MODES = ("sync", "async")
+# ILR_LONG=1 (`make conformance LONG=1`): the whole async matrix, not the default subset
+LONG = os.environ.get("ILR_LONG") == "1"
+
+
+def mode_args(mode: str) -> tuple[str, ...]:
+    """The worker command's arguments for a mode."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    return ("--async",) if mode == "async" else ()
 
 
 @contextmanager
@@ -40,10 +53,12 @@ def conformance_template(admin: str) -> Iterator[str]:
 
 
 def start_worker(dsn: str, worker_id: str, log_dir: Path, only: list[str] | None = None,
-                 kill_at: str | None = None, **kwargs: object) -> WorkerProcess:  # fmt: skip
+                 kill_at: str | None = None, mode: str = "sync",
+                 **kwargs: object) -> WorkerProcess:  # fmt: skip
     """A worker subprocess serving conformance.parity_flows (optionally only some flows),
-    SIGKILLing itself at the kill point `kill_at` when given."""
-    extra = ("--only", ",".join(f"{n}@1" for n in only)) if only else ()
+    SIGKILLing itself at the kill point `kill_at` when given; `mode` "async": the asyncio
+    worker, for the async twins."""
+    extra = mode_args(mode) + (("--only", ",".join(f"{n}@1" for n in only)) if only else ())
     env = {"ILR_KILL_AT": kill_at} if kill_at else None
     return WorkerProcess(
         dsn, worker_id, log_dir, FLOWS_MODULE, pythonpath=str(REPO), extra_args=extra, env=env,

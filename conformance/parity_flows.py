@@ -1,7 +1,9 @@
 """The workflows the gate parity test runs in real worker subprocesses, and its cells.
 
 Worker command: `python -m interlock_runtime.worker --module conformance.parity_flows --only
-parity.<cell>.<role>@1` from the repository root. Every cell has its own workflow names (role
+parity.<cell>.<role>@1` from the repository root; the async twin of each workflow
+(`parity_async.<cell>.<role>`, the same body through `run_refund_async`) is served by
+`... --async --only parity_async.<cell>.<role>@1`. Every cell has its own workflow names (role
 "a" is the workflow under test, role "b" the second workflow of the duplicate, conflicting and
 re-decide cells), so each cell's dying worker and successor claim only that cell's workflow
 and the cells of one batch can run side by side.
@@ -96,8 +98,15 @@ CELLS: tuple[Cell, ...] = tuple(
 CELLS_BY_ID = {c.id: c for c in CELLS}
 
 
-def flow_name(cell_id: str, role: str) -> str:
-    return f"parity.{cell_id}.{role}"
+MODES = (
+    "sync",
+    "async",
+)  # a plain workflow on the plain worker, an `async def` one on the asyncio worker
+
+
+def flow_name(cell_id: str, role: str, mode: str = "sync") -> str:
+    """The workflow of one role of one cell in one mode: the same body, registered twice."""
+    return f"parity{'' if mode == 'sync' else '_async'}.{cell_id}.{role}"
 
 
 def case_input(cell: Cell, role: str, target_url: str, grant: str | None = None,
@@ -129,28 +138,51 @@ def stub_model(request: dict) -> dict:
     return {"model": "stub-emulated", "amount": request["amount"], "usage": {"input_tokens": 10}}
 
 
-def refund_flow(ctx, case: dict) -> dict:
-    """Decide, get authority (an approval, or the standing grant in the input), refund: the
-    shared refund body (world/refund_agent.py); the role is part of the decide request."""
+def _refund_options(case: dict) -> dict:
     request = {"case": case["id"], "role": case["role"], "amount": case["amount"]}
-    _, r = refund_agent.run_refund(ctx, case, target=parity_target(case), decide=stub_model,
-                                   request=request,
-                                   authority="grant" if case.get("grant") else "approval")  # fmt: skip
+    return {"target": parity_target(case), "decide": stub_model, "request": request,
+            "authority": "grant" if case.get("grant") else "approval"}  # fmt: skip
+
+
+def _outcome(r) -> dict:
     return {"status": r.status, "effect_id": r.effect_id, "result": r.result}
 
 
-def _define(name: str):
-    def flow(ctx, case):
-        return refund_flow(ctx, case)
+def refund_flow(ctx, case: dict) -> dict:
+    """Decide, get authority (an approval, or the standing grant in the input), refund: the
+    shared refund body (world/refund_agent.py); the role is part of the decide request."""
+    _, r = refund_agent.run_refund(ctx, case, **_refund_options(case))
+    return _outcome(r)
+
+
+async def refund_flow_async(ctx, case: dict) -> dict:
+    """The same body on the asyncio worker (docs/async.md): the same steps at the same places."""
+    _, r = await refund_agent.run_refund_async(ctx, case, **_refund_options(case))
+    return _outcome(r)
+
+
+def _define(name: str, mode: str):
+    if mode == "sync":
+
+        def flow(ctx, case):
+            return refund_flow(ctx, case)
+
+    else:
+
+        async def flow(ctx, case):  # type: ignore[misc]
+            return await refund_flow_async(ctx, case)
 
     flow.__name__ = flow.__qualname__ = name.replace(".", "_").replace("-", "_")
     return workflow(name=name, version="1")(flow)
 
 
-# One registered workflow per (cell, role); module globals, so workers collect them.
+# One registered workflow per (cell, role, mode); module globals, so workers collect them. A
+# worker serves one mode (`--only` its names): a plain worker refuses an async workflow.
 FLOWS = {}
 for _cell in CELLS:
     for _role in ROLES:
-        _name = flow_name(_cell.id, _role)
-        FLOWS[_name] = globals()[_name.replace(".", "_").replace("-", "_")] = _define(_name)
-del _cell, _role, _name
+        for _mode in MODES:
+            _name = flow_name(_cell.id, _role, _mode)
+            _flow = _define(_name, _mode)
+            FLOWS[_name] = globals()[_name.replace(".", "_").replace("-", "_")] = _flow
+del _cell, _role, _mode, _name, _flow

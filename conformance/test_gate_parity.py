@@ -12,7 +12,14 @@ state; a worker killed before the send made no request (the target's access log)
 
 Cells of one tier run side by side in one fresh database, each with its own target and its
 own workflow names (conformance/parity_flows.py), so the waits for lease expiry and settle
-overlap. `python -m conformance.test_gate_parity --table [--tier N]` prints the parity table.
+overlap. `python -m conformance.test_gate_parity --table [--tier N] [--mode async]` prints the
+parity table.
+
+Mode (conformance/conftest.py MODES): every cell runs with plain workflows on the plain worker
+("sync") and with their `async def` twins on the asyncio worker ("async"), against the same
+reference: the same body (world/refund_agent.py), the same expected outcome. `make test` runs
+every sync cell and ASYNC_DEFAULT of the async ones (a kill after the send at tiers 1 and 2, a
+kill before it, a revoke during the outage); ILR_LONG=1 runs every async cell.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from typing import Any
 import pytest
 
 from conformance import parity_flows as pf
-from conformance.conftest import conformance_template, start_worker
+from conformance.conftest import LONG, MODES, conformance_template, start_worker
 from conformance.gate_reference import CRASHED, GateReference, RefTarget
 from interlock_runtime import Runtime, db, journal, receipts, testing
 from interlock_runtime.testing import WorkerProcess, wait_for
@@ -57,6 +64,15 @@ KILL_POINT = {
 # Cells where the runtime and the reference disagree, with the reason (xfail strict: a cell
 # that starts to agree fails until it is removed from here).
 DISAGREE: dict[str, str] = {}
+
+# The async cells of the default suite; ILR_LONG=1 runs them all.
+ASYNC_DEFAULT = ("crash_before_ack-t1", "crash_before_ack-t2", "crash_before_send-t1",
+                 "revoked_during_outage-t2")  # fmt: skip
+
+
+def selected(mode: str, cell: pf.Cell) -> bool:
+    """Whether this run of the suite runs the cell in this mode."""
+    return mode == "sync" or LONG or cell.id in ASYNC_DEFAULT
 
 
 def wf_id(cell: pf.Cell, role: str) -> str:
@@ -222,16 +238,17 @@ class Batch:
     """One fresh database, the shared worker for the cells without a crash, and a record of
     every process started, for the cells of one tier run side by side."""
 
-    def __init__(self, dsn: str, log_dir: Path, cells: list[pf.Cell]):
-        self.dsn, self.log_dir = dsn, log_dir
+    def __init__(self, dsn: str, log_dir: Path, cells: list[pf.Cell], mode: str = "sync"):
+        self.dsn, self.log_dir, self.mode = dsn, log_dir, mode
         self.procs: list[WorkerProcess] = []
         self.lock = threading.Lock()
-        shared = [pf.flow_name(c.id, "b") for c in cells]
-        shared += [pf.flow_name(c.id, "a") for c in cells if not c.crash]
+        shared = [pf.flow_name(c.id, "b", mode) for c in cells]
+        shared += [pf.flow_name(c.id, "a", mode) for c in cells if not c.crash]
         self.worker("shared", only=shared, lease_ttl=LIVE_TTL, concurrency=8)
 
     def worker(self, worker_id: str, **kwargs: Any) -> WorkerProcess:
         kwargs.setdefault("poll", POLL)
+        kwargs.setdefault("mode", self.mode)
         w = start_worker(self.dsn, worker_id, self.log_dir, **kwargs)
         with self.lock:
             self.procs.append(w)
@@ -258,7 +275,7 @@ class RuntimeWorld:
         self.target.close()
 
     def _flow(self, role: str) -> str:
-        return pf.flow_name(self.cell.id, role)
+        return pf.flow_name(self.cell.id, role, self.batch.mode)
 
     def start(self, role: str, kill: str | None = None, grant: str | None = None) -> None:
         if kill:
@@ -379,11 +396,12 @@ def run_cell(cell: pf.Cell, batch: Batch) -> Outcome:
     return out
 
 
-def run_batch(cells: list[pf.Cell], admin: str, template: str, log_dir: Path) -> dict:
+def run_batch(cells: list[pf.Cell], admin: str, template: str, log_dir: Path,
+              mode: str = "sync") -> dict:  # fmt: skip
     """Run the cells side by side in one fresh database; returns {cell id: Outcome}."""
     log_dir.mkdir(parents=True, exist_ok=True)
     with testing.fresh_database(admin, template) as dsn:
-        batch = Batch(dsn, log_dir, cells)
+        batch = Batch(dsn, log_dir, cells, mode)
         try:
             with ThreadPoolExecutor(len(cells)) as pool:
                 done = list(pool.map(lambda c: run_cell(c, batch), cells))
@@ -393,22 +411,26 @@ def run_batch(cells: list[pf.Cell], admin: str, template: str, log_dir: Path) ->
 
 
 class ParityRuns:
-    """Runs the cells of a tier once, on first use, and keeps the outcomes."""
+    """Runs the selected cells of a tier in a mode once, on first use, and keeps the outcomes."""
 
-    def __init__(self, admin: str, template: str, log_dir: Path):
-        self.admin, self.template, self.log_dir = admin, template, log_dir
-        self.by_tier: dict[int, dict[str, Outcome]] = {}
+    def __init__(self, admin: str, template: str, log_dir: Path, every: bool = False):
+        """`every`: every cell in every mode (the table command), not the suite's selection."""
+        self.admin, self.template, self.log_dir, self.every = admin, template, log_dir, every
+        self.by_tier: dict[tuple[str, int], dict[str, Outcome]] = {}
 
-    def outcome(self, cell: pf.Cell) -> Outcome:
-        if cell.tier not in self.by_tier:
-            cells = [c for c in pf.CELLS if c.tier == cell.tier and not c.skip]
+    def outcome(self, cell: pf.Cell, mode: str = "sync") -> Outcome:
+        key = (mode, cell.tier)
+        if key not in self.by_tier:
+            cells = [c for c in pf.CELLS
+                     if c.tier == cell.tier and not c.skip
+                     and (self.every or selected(mode, c))]  # fmt: skip
             try:
-                self.by_tier[cell.tier] = run_batch(cells, self.admin, self.template,
-                                                    self.log_dir / f"tier{cell.tier}")  # fmt: skip
+                self.by_tier[key] = run_batch(cells, self.admin, self.template,
+                                              self.log_dir / f"{mode}-tier{cell.tier}", mode)  # fmt: skip
             except Exception:  # noqa: BLE001 - the batch itself failed: every cell reports it
                 error = traceback.format_exc()
-                self.by_tier[cell.tier] = {c.id: Outcome(c, error=error) for c in cells}
-        return self.by_tier[cell.tier][cell.id]
+                self.by_tier[key] = {c.id: Outcome(c, error=error) for c in cells}
+        return self.by_tier[key][cell.id]
 
 
 # -- the table ----------------------------------------------------------------------------------
@@ -481,19 +503,23 @@ def parity(admin_dsn: str, template_db: str, tmp_path_factory) -> ParityRuns:
 
 def _params() -> list:
     out = []
-    for cell in pf.CELLS:
-        marks = [pytest.mark.slow]
-        if cell.skip:
-            marks.append(pytest.mark.skip(reason=cell.skip))
-        if cell.id in DISAGREE:
-            marks.append(pytest.mark.xfail(strict=True, reason=DISAGREE[cell.id]))
-        out.append(pytest.param(cell, id=cell.id, marks=marks))
+    for mode in MODES:
+        for cell in pf.CELLS:
+            marks = [pytest.mark.slow]
+            if cell.skip:
+                marks.append(pytest.mark.skip(reason=cell.skip))
+            elif not selected(mode, cell):
+                marks.append(pytest.mark.skip(reason="async cell outside the default subset "
+                                              "(ASYNC_DEFAULT): run with ILR_LONG=1"))  # fmt: skip
+            if cell.id in DISAGREE:
+                marks.append(pytest.mark.xfail(strict=True, reason=DISAGREE[cell.id]))
+            out.append(pytest.param(mode, cell, id=f"{mode}-{cell.id}", marks=marks))
     return out
 
 
-@pytest.mark.parametrize("cell", _params())
-def test_gate_parity(parity: ParityRuns, cell: pf.Cell) -> None:
-    o = parity.outcome(cell)
+@pytest.mark.parametrize(("mode", "cell"), _params())
+def test_gate_parity(parity: ParityRuns, mode: str, cell: pf.Cell) -> None:
+    o = parity.outcome(cell, mode)
     assert o.error is None, o.error
     rt, ref = o.runtime, o.reference
     assert rt.verify["valid"] and ref.verify["valid"], (rt.verify, ref.verify)
@@ -514,12 +540,14 @@ def test_gate_parity(parity: ParityRuns, cell: pf.Cell) -> None:
 
 
 @pytest.mark.slow
-def test_parity_table(parity: ParityRuns, capsys) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_parity_table(parity: ParityRuns, mode: str, capsys) -> None:
     """Print fault x tier for the issue's closing note (runs after the cells, reusing them)."""
-    outcomes = [Outcome(c) if c.skip else parity.outcome(c) for c in pf.CELLS]
+    cells = [c for c in pf.CELLS if c.skip or selected(mode, c)]
+    outcomes = [Outcome(c) if c.skip else parity.outcome(c, mode) for c in cells]
     text = table(_order(outcomes))
     with capsys.disabled():
-        print("\n" + text)
+        print(f"\n{mode} workflows\n{text}")
     assert all(o.cell.skip or o.error is None for o in outcomes)
 
 
@@ -584,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m conformance.test_gate_parity")
     ap.add_argument("--table", action="store_true", help="run the cells and print the table")
     ap.add_argument("--tier", type=int, action="append", choices=(1, 2, 3))
+    ap.add_argument("--mode", choices=MODES, default="sync",
+                    help="plain workflows (sync) or their async twins on the asyncio worker")  # fmt: skip
     args = ap.parse_args(argv)
     if not args.table:
         ap.print_help()
@@ -592,8 +622,8 @@ def main(argv: list[str] | None = None) -> int:
     admin = testing.admin_dsn()
     t0 = time.monotonic()
     with conformance_template(admin) as template, tempfile.TemporaryDirectory() as tmp:
-        runs = ParityRuns(admin, template, Path(tmp))
-        outcomes = [Outcome(c) if c.skip else runs.outcome(c)
+        runs = ParityRuns(admin, template, Path(tmp), every=True)
+        outcomes = [Outcome(c) if c.skip else runs.outcome(c, args.mode)
                     for c in pf.CELLS if c.tier in tiers]  # fmt: skip
     print(table(_order(outcomes)))
     print(f"\n{len(outcomes)} cells in {time.monotonic() - t0:.1f} s")

@@ -36,10 +36,15 @@ says so (`notes`). An action this module does not know raises UnknownAction: a n
 action must be mapped, never skipped. After the schedule the world runs freely to a settled
 state and every catalog invariant of layer C (invariants.check_all) is checked on the evidence.
 
-    python -m conformance.trace_replay --report [--all]   # results/trace_replay.{md,json}
+    python -m conformance.trace_replay --report [--all] [--mode sync|async|both]
+                                                          # results/trace_replay.{md,json}
     python -m conformance.trace_replay results/tlc_traces/X.json   # one replay, printed
 
-Workers serve the two flows below (`--module conformance.trace_replay`).
+Workers serve the two flows below (`--module conformance.trace_replay --only ...`) in one of
+two modes: "sync", plain workflows on the plain worker, or "async", their `async def` twins on
+the asyncio worker (`--async`, docs/async.md). One body per flow drives both; the schedule, the
+stop points and the checks are the same, since the instrumented points are the same code in
+both (the async effect runs the sync gate in a thread; the claim loop is the sync worker's).
 """
 
 from __future__ import annotations
@@ -88,14 +93,21 @@ class UnknownAction(Exception):
 
 
 # ------------------------------------------------------------------ flows served by workers
-@workflow(name="replay_refund", version="1")
-def replay_refund(ctx, case):
+MODES = ("sync", "async")
+# The workflows a replay starts, by mode: plain ones on the plain worker, their `async def`
+# twins (the same body, driven by refund_agent.drive_async) on the asyncio worker.
+FLOW_NAMES = {"sync": {"refund": "replay_refund", "signals": "replay_signals"},
+              "async": {"refund": "replay_refund_async", "signals": "replay_signals_async"}}  # fmt: skip
+
+
+def _replay_refund_steps(ctx, case):
     """The model's workflow: one plain step, then one gated effect under a policy grant of
     max 2000 cents (the model's Payload0; a redecided 3000 is not covered), or two in sequence
     (TWO_EFFECTS: the second refunds its own payment, under the second grant or the same one
     with SHARED_GRANT). The shared refund body (world/refund_agent.py) with no decision, the
     model's constant premises and the local SQL premise LOCAL_PREMISE (the model's localOk),
-    which T_dispatch and T_resolve re-read inside their transactions."""
+    which T_dispatch and T_resolve re-read inside their transactions. A generator of durable
+    calls (refund_agent.refund_steps), driven by either mode."""
     case = {**case, "payment": PAYMENT}
 
     def offer() -> int:  # not a step on purpose: Redecide changes what a later call offers
@@ -103,28 +115,47 @@ def replay_refund(ctx, case):
 
     local = [(LOCAL_PREMISE, {"payment": PAYMENT})]
     premises = {"payment": PAYMENT, "eligible": True, "refunded_by_others": 0}
-    _, r = refund_agent.run_refund(ctx, case, target=refund_agent.refund_target(case),
-                                   capture=True, amount=offer, authority="grant",
-                                   premises=premises, local_premises=local)  # fmt: skip
+    _, r = yield from refund_agent.refund_steps(ctx, case, target=refund_agent.refund_target(case),
+                                                capture=True, amount=offer, authority="grant",
+                                                premises=premises, local_premises=local)  # fmt: skip
     out = {"status": r.status, "effect_id": r.effect_id}
     if case.get("effects", 1) == 2:
         # effect 2 right after effect 1 (the model's NextPc), no plain step between them
         second = {**case, "payment": PAYMENT2}
-        r2 = ctx.effect(refund_agent.refund_target(second), key=f"refund:{case['id']}:2",
-                        payload=refund_agent.payload_for(second, offer()),
-                        premises={**premises, "payment": PAYMENT2}, grant=case["grant2"],
-                        local_premises=local)  # fmt: skip
+        r2 = yield ctx.effect(refund_agent.refund_target(second), key=f"refund:{case['id']}:2",
+                              payload=refund_agent.payload_for(second, offer()),
+                              premises={**premises, "payment": PAYMENT2}, grant=case["grant2"],
+                              local_premises=local)  # fmt: skip
         out["second"] = {"status": r2.status, "effect_id": r2.effect_id}
     return out
 
 
+def _replay_signals_steps(ctx, case):
+    """models/Signals.tla: wait_signal, sleep, wait_signal."""
+    first = yield ctx.wait_signal("approve")
+    yield ctx.sleep(case["sleep"])
+    second = yield ctx.wait_signal("approve")
+    return {"signals": [first, second]}
+
+
+@workflow(name="replay_refund", version="1")
+def replay_refund(ctx, case):
+    return refund_agent.drive(_replay_refund_steps(ctx, case))
+
+
 @workflow(name="replay_signals", version="1")
 def replay_signals(ctx, case):
-    """models/Signals.tla: wait_signal, sleep, wait_signal."""
-    first = ctx.wait_signal("approve")
-    ctx.sleep(case["sleep"])
-    second = ctx.wait_signal("approve")
-    return {"signals": [first, second]}
+    return refund_agent.drive(_replay_signals_steps(ctx, case))
+
+
+@workflow(name="replay_refund_async", version="1")
+async def replay_refund_async(ctx, case):
+    return await refund_agent.drive_async(_replay_refund_steps(ctx, case))
+
+
+@workflow(name="replay_signals_async", version="1")
+async def replay_signals_async(ctx, case):
+    return await refund_agent.drive_async(_replay_signals_steps(ctx, case))
 
 
 # ------------------------------------------------------------------ traces
@@ -602,11 +633,17 @@ class ReplayResult:
     notes: list[str]
     seconds: float
     not_reproducible: list[str] = field(default_factory=list)
+    mode: str = "sync"  # the worker kind that ran the flow (reports before modes: sync)
 
 
 class Replay:
-    def __init__(self, schedule: Schedule, admin: str, template: str, log_dir: Path):
+    def __init__(self, schedule: Schedule, admin: str, template: str, log_dir: Path,
+                 mode: str = "sync"):  # fmt: skip
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.s, self.admin, self.template, self.log_dir = schedule, admin, template, log_dir
+        self.mode = mode
+        self.flows = FLOW_NAMES[mode]
         self.t = schedule.trace
         self.case: dict[str, Any] = {}  # the refund workflow's input (none for Signals traces)
         self.procs: dict[str, Any] = {}
@@ -639,10 +676,12 @@ class Replay:
 
         plan = self.s.stop_plans.get((w, self.inc[w]), [])
         env = {"ILR_STOP_AT": ",".join(plan)} if plan else {}
+        only = ",".join(f"{n}@1" for n in self.flows.values())
+        extra = ("--only", only) + (("--async",) if self.mode == "async" else ())
         p = WorkerProcess(self.dsn, f"{w}.{self.inc[w]}.{len(self.all_procs)}", self.log_dir,
                           "conformance.trace_replay", pythonpath=str(REPO), cwd=str(REPO),
                           lease_ttl=self._consts("LeaseTTL", 2) * TICK, poll=0.1, concurrency=1,
-                          env=env)  # fmt: skip
+                          env=env, extra_args=extra)  # fmt: skip
         self.procs[w] = p
         self.all_procs.append(p)
         self.counts["workers"] += 1
@@ -892,7 +931,7 @@ class Replay:
                             self.t.seed, self.s.actions(), self.counts, violations,
                             sorted(results), status, len(posts), len(ledger), self.s.good_send,
                             self.divergences, self.s.notes, round(time.monotonic() - t0, 1),
-                            self.s.not_reproducible)  # fmt: skip
+                            self.s.not_reproducible, self.mode)  # fmt: skip
 
     def _drive(self, rt) -> str | None:
         c = self.t.consts
@@ -906,7 +945,7 @@ class Replay:
         self.mark("workers up")
         self.wf = f"replay-{self.t.name[:40]}".replace("_", "-").lower()
         if self.t.spec == "Signals":
-            rt.start("replay_signals", self.wf, {"sleep": self._consts("SleepFor", 2) * TICK})
+            rt.start(self.flows["signals"], self.wf, {"sleep": self._consts("SleepFor", 2) * TICK})
             self.grant = ""
         else:
             tier = int(c.get("Tier", 2))
@@ -934,7 +973,7 @@ class Replay:
                 "dedup_margin": margin * TICK if tier == 1 else 600.0,
                 "grant": self.grant, "offer_file": str(self.offer),
                 "effects": effects_of(self.t), "grant2": self.grants[1]}  # fmt: skip
-            rt.start("replay_refund", self.wf, self.case)
+            rt.start(self.flows["refund"], self.wf, self.case)
         for op in self.s.ops:
             self.do(op)
         self.mark("schedule done")
@@ -1031,11 +1070,14 @@ def local_premise_violations(ev: Any, changed_at: float | None) -> list[str]:
     return out
 
 
-def replay(trace: Trace | Path | str, admin: str, template: str, log_dir: Path) -> ReplayResult:
-    """Translate and replay one trace in a fresh database; return what happened."""
+def replay(trace: Trace | Path | str, admin: str, template: str, log_dir: Path,
+           mode: str = "sync") -> ReplayResult:  # fmt: skip
+    """Translate and replay one trace in a fresh database with the workflow of `mode` (sync:
+    a plain workflow on the plain worker, async: its `async def` twin on the asyncio worker);
+    return what happened."""
     t = trace if isinstance(trace, Trace) else load_trace(trace)
     log_dir.mkdir(parents=True, exist_ok=True)
-    return Replay(translate(t), admin, template, log_dir).run()
+    return Replay(translate(t), admin, template, log_dir, mode).run()
 
 
 # ------------------------------------------------------------------ report
@@ -1047,8 +1089,18 @@ def _commit() -> str:
         return "unknown"
 
 
-def write_report(results: list[ReplayResult], wall: float,
-                 commit: str | None = None) -> tuple[Path, Path]:  # fmt: skip
+def _dirty() -> bool | None:
+    """Whether the tracked code differed from the commit (None: not a git checkout)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                             capture_output=True, text=True, cwd=REPO, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return bool(out.strip())
+
+
+def write_report(results: list[ReplayResult], wall: float, commit: str | None = None,
+                 dirty: bool | None = None) -> tuple[Path, Path]:  # fmt: skip
     import platform
     from dataclasses import asdict
 
@@ -1062,18 +1114,31 @@ def write_report(results: list[ReplayResult], wall: float,
     by_cat: dict[str, list[ReplayResult]] = {}
     for r in results:
         by_cat.setdefault(r.category, []).append(r)
-    violations = [(r.trace, k, v) for r in results for k, v in r.violations.items()]
+    modes = [m for m in MODES if any(r.mode == m for r in results)]
+    tag = (lambda r: f"{r.mode}: ") if len(modes) > 1 else (lambda r: "")
+    violations = [(f"{tag(r)}{r.trace}", k, v) for r in results for k, v in r.violations.items()]
+    traces = list(dict.fromkeys(r.trace for r in results))
     doc = {
         "commit": commit or _commit(),
-        "generated_by": "python -m conformance.trace_replay --report",
+        "dirty": dirty if commit else _dirty(),
+        "generated_by": "python -m conformance.trace_replay --report"
+        + (
+            f" --mode {modes[0]}"
+            if len(modes) == 1 and modes != ["sync"]
+            else " --mode both"
+            if len(modes) > 1
+            else ""
+        ),  # fmt: skip
+        "modes": modes,
         "python": platform.python_version(),
         "psycopg": psycopg.__version__,
         "tick_seconds": TICK,
         "wall_seconds": round(wall, 1),
-        "traces": len(results),
-        "by_category": {k: len(v) for k, v in sorted(by_cat.items())},
+        "traces": len(traces),
+        "replays": len(results),
+        "by_category": {k: len({r.trace for r in v}) for k, v in sorted(by_cat.items())},
         "configs": sorted({r.config for r in results}),
-        "seeds": sorted(r.seed for r in results if r.seed is not None),
+        "seeds": sorted({r.seed for r in results if r.seed is not None}),
         "totals": totals,
         "violations": len(violations),
         "results": [asdict(r) for r in results],
@@ -1083,9 +1148,10 @@ def write_report(results: list[ReplayResult], wall: float,
     lines = [
         "# Model-based trace replay on the real runtime",
         "",
-        f"Generated by `python -m conformance.trace_replay --report` at commit `{doc['commit'][:12]}`"
-        f" (python {doc['python']}, psycopg {doc['psycopg']}); one model tick = {TICK} s; "
-        f"wall {doc['wall_seconds']} s.",
+        f"Generated by `{doc['generated_by']}` at commit `{doc['commit'][:12]}`"
+        + (" (dirty: the code differed from it)" if doc["dirty"] else "")
+        + f" (python {doc['python']}, psycopg {doc['psycopg']}); one model tick = {TICK} s; "
+        f"wall {doc['wall_seconds']} s; modes: {', '.join(modes)}.",
         "",
         "Each TLC trace is translated action by action into real faults (SIGSTOP at the kill "
         "point of the worker's program counter, SIGKILL, target holds, rt.revoke, hand refunds, "
@@ -1094,8 +1160,20 @@ def write_report(results: list[ReplayResult], wall: float,
         "the evidence afterwards. A broken config's counterexample must not reproduce on the "
         "runtime: that is the evidence that the fix the broken config removes is in the code.",
         "",
-        f"**{len(results)} traces replayed; invariant violations: "
-        + ", ".join(f"{k} {sum(len(r.violations) for r in v)}" for k, v in sorted(by_cat.items()))
+        "Mode: *sync* replays the model's workflow as a plain workflow on the plain worker, "
+        "*async* as its `async def` twin on the asyncio worker (docs/async.md): the same body "
+        "(world/refund_agent.py's refund_steps), the same schedule and stop points, the same "
+        "checks on the same ground truth.",
+        "",
+        f"**{len(traces)} traces replayed in {', '.join(modes)}; invariant violations: "
+        + "; ".join(
+            f"{m}: "
+            + ", ".join(
+                f"{k} {sum(len(r.violations) for r in v if r.mode == m)}"
+                for k, v in sorted(by_cat.items())
+            )
+            for m in modes
+        )  # fmt: skip
         + ".** Broken, temporal and simulated traces must show none; an assumption-lifted "
         "trace (PAUSE lifts A1, SERVER_SLOW lifts A2, PremiseTrueAtSend shows A3's window) may "
         "show what the model predicts for it (results/runtime_tlc.md).",
@@ -1104,19 +1182,29 @@ def write_report(results: list[ReplayResult], wall: float,
         "|---|---:|---|",
     ]
     for cat_name, rs in sorted(by_cat.items()):
-        lines.append(f"| {cat_name} | {len(rs)} | {', '.join(sorted({r.config for r in rs}))} |")
-    lines += ["", "Real faults performed in total:", "",
+        lines.append(f"| {cat_name} | {len({r.trace for r in rs})} | "
+                     f"{', '.join(sorted({r.config for r in rs}))} |")  # fmt: skip
+    per_mode = [f"{m} outcome | sends | applied | violations | divergences | s" for m in modes]
+    lines += ["", "Real faults performed in total (all modes):", "",
               "| " + " | ".join(totals) + " |", "|" + "---:|" * len(totals),
               "| " + " | ".join(str(v) for v in totals.values()) + " |", "",
-              "| trace | model invariant | steps | runtime outcome | sends | applied | "
-              "violations | divergences | s |", "|---|---|---:|---|---:|---:|---|---:|---:|"]  # fmt: skip
-    for r in results:
-        steps = sum(r.actions.values())
-        viol = ", ".join(r.violations) or "none"
-        lines.append(f"| {r.trace} | {r.model_invariant or '-'} | {steps} | {r.status} | "
-                     f"{r.sends_seen} | {r.applied} | {viol} | {len(r.divergences)} | "
-                     f"{r.seconds} |")  # fmt: skip
-    unforced = [(r.trace, x) for r in results for x in r.not_reproducible]
+              "| trace | model invariant | steps | " + " | ".join(per_mode) + " |",
+              "|---|---|---:|" + "---|---:|---:|---|---:|---:|" * len(modes)]  # fmt: skip
+    by_key = {(r.trace, r.mode): r for r in results}
+    for name in traces:
+        first = next(r for r in results if r.trace == name)
+        cells = []
+        for m in modes:
+            r = by_key.get((name, m))
+            if r is None:
+                cells.append("- | - | - | - | - | -")
+                continue
+            viol = ", ".join(r.violations) or "none"
+            cells.append(f"{r.status} | {r.sends_seen} | {r.applied} | {viol} | "
+                         f"{len(r.divergences)} | {r.seconds}")  # fmt: skip
+        lines.append(f"| {name} | {first.model_invariant or '-'} | "
+                     f"{sum(first.actions.values())} | " + " | ".join(cells) + " |")  # fmt: skip
+    unforced = list(dict.fromkeys((r.trace, x) for r in results for x in r.not_reproducible))
     if unforced:
         lines += ["", "## Steps the runtime cannot be made to take", "",
                   "The replay drove these steps and the runtime did what it allows instead "
@@ -1155,13 +1243,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("traces", nargs="*", help="trace files to replay (printed, no report)")
     ap.add_argument("--report", action="store_true", help="replay and write results/trace_replay.*")
     ap.add_argument("--all", action="store_true", help="every saved and simulated trace")
+    ap.add_argument("--mode", choices=(*MODES, "both"), default="sync",
+                    help="the workflow's kind: plain (sync), its async def twin on the asyncio "
+                         "worker (async), or each trace in both, side by side in the report")  # fmt: skip
     ap.add_argument("--render", action="store_true",
                     help="re-render results/trace_replay.md from results/trace_replay.json")  # fmt: skip
     opts = ap.parse_args(argv)
     if opts.render:
         doc = json.loads((REPO / "results" / "trace_replay.json").read_text())
         kept = [ReplayResult(**r) for r in doc["results"]]
-        write_report(kept, doc["wall_seconds"], doc["commit"])
+        write_report(kept, doc["wall_seconds"], doc["commit"], doc.get("dirty"))
         return 0
     if opts.traces:
         paths = [Path(p) for p in opts.traces]
@@ -1169,13 +1260,15 @@ def main(argv: list[str] | None = None) -> int:
         paths = sorted(TRACES.glob("*.json")) + trace_paths("simulated")
     else:
         paths = trace_paths("broken") + trace_paths("simulated")
+    modes = list(MODES) if opts.mode == "both" else [opts.mode]
+    runs = [(p, m) for p in paths for m in modes]
     admin = testing.admin_dsn()
     results = []
     t0 = time.monotonic()
     with testing.template_database(admin) as template, tempfile.TemporaryDirectory() as tmp:
-        for i, p in enumerate(paths):
+        for i, (p, mode) in enumerate(runs):
             try:
-                r = replay(p, admin, template, Path(tmp) / f"r{i}")
+                r = replay(p, admin, template, Path(tmp) / f"r{i}", mode)
             except psycopg.OperationalError as exc:
                 # The shared cluster was restarted under the replay (seen: another suite's
                 # immediate restart). That is no finding about the trace: replay it once more
@@ -1183,11 +1276,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{p.stem}: Postgres went away ({exc}); replaying once more", flush=True)
                 testing.admin_dsn()  # waits for the cluster
                 time.sleep(3)
-                r = replay(p, admin, template, Path(tmp) / f"r{i}b")
+                r = replay(p, admin, template, Path(tmp) / f"r{i}b", mode)
                 r.divergences.append("replayed a second time: Postgres restarted under the first")
             results.append(r)
             print(
-                f"{r.trace}: {r.status}, sends {r.sends_seen}, applied {r.applied}, "
+                f"{r.trace} ({r.mode}): {r.status}, sends {r.sends_seen}, applied {r.applied}, "
                 f"violations {sorted(r.violations) or 'none'}, {r.seconds}s",
                 flush=True,
             )

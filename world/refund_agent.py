@@ -2,7 +2,9 @@
 
 Every registered refund workflow (runtime/tests/flows.py, prove/flows.py, prove/stripe_flows.py,
 prove/soak_flows.py, prove/bench_flows.py, conformance/parity_flows.py,
-conformance/trace_replay.py) is a few lines around `run_refund`, which records, in this order:
+conformance/trace_replay.py) is a few lines around `run_refund`, or `run_refund_async` in an
+`async def` workflow (docs/async.md): one body, `refund_steps`, driven by either. It records, in
+this order:
 
 1. ``decide`` "pick_amount" (optional, ``decide=``): the model's amount, recorded once with the
    premises the target's ``capture`` gave at that moment;
@@ -27,8 +29,9 @@ is here. world/ imports the runtime's public API alone (`.venv/bin/lint-imports`
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Literal
+import inspect
+from collections.abc import Callable, Generator
+from typing import Any, Literal, TypeVar
 
 from interlock_runtime import Decision, EffectResult, WorkflowContext
 from world.target_client import LocalRefunds
@@ -38,6 +41,7 @@ CAPTURE_STEP = "capture"
 
 Authority = Literal["approval", "grant"]
 Offer = Literal["approved", "proposed"]
+T = TypeVar("T")
 
 
 def refund_target(case: dict[str, Any], *, cls: type[LocalRefunds] = LocalRefunds,
@@ -65,8 +69,8 @@ def payload_for(case: dict[str, Any], amount: int) -> dict[str, Any]:
     return {"payment": case["payment"], "amount": int(amount)}
 
 
-def run_refund(
-    ctx: WorkflowContext,
+def refund_steps(
+    ctx: Any,
     case: dict[str, Any],
     *,
     target: Any,
@@ -79,10 +83,13 @@ def run_refund(
     approval_timeout: float | None = None,
     offer: Offer = "approved",
     premises: Any = None,
-    before_effect: Callable[[WorkflowContext], Any] | None = None,
+    before_effect: Callable[[Any], Any] | None = None,
     **effect_options: Any,
-) -> tuple[Decision | None, EffectResult | None]:
-    """The refund workflow body (see the module's docstring for the steps it records).
+) -> Generator[Any, Any, tuple[Decision | None, EffectResult | None]]:
+    """The refund workflow body (see the module's docstring for the steps it records), written
+    once for both APIs: a generator that yields each durable call as the context returns it
+    (a value in a plain workflow, an awaitable in an `async def` one) and receives its result;
+    `run_refund` and `run_refund_async` drive it (`drive` / `drive_async`).
 
     Returns (the decision or None, the effect's result or None when the approval expired).
 
@@ -104,7 +111,8 @@ def run_refund(
     - ``offer`` (approval only): "approved": the effect offers the payload the person approved
       (it may differ from the proposal); "proposed": it offers what it proposed, so an approval
       of another payload is refused by the gate (payload_not_approved).
-    - ``before_effect``: called with ``ctx`` between the authority and the effect.
+    - ``before_effect``: called with ``ctx`` between the authority and the effect (an async
+      flow's returns the awaitable of its durable call, e.g. ``ctx.sleep(...)``).
     - ``effect_options``: passed to ``ctx.effect`` (local_premises, action, compensation,
       postcondition, ...).
     """
@@ -115,8 +123,8 @@ def run_refund(
     decision = None
     if decide is not None:
         ask = {"case": case["id"]} if request is None else request
-        decision = ctx.decide(DECIDE_STEP, decide, ask, premises=target.capture)
-    captured = ctx.step(CAPTURE_STEP, target.capture) if capture else None
+        decision = yield ctx.decide(DECIDE_STEP, decide, ask, premises=target.capture)
+    captured = (yield ctx.step(CAPTURE_STEP, target.capture)) if capture else None
     if payload is None:
         if callable(amount):
             value = amount()
@@ -128,7 +136,7 @@ def run_refund(
             raise ValueError("run_refund: no amount, no payload and no decision to take one from")
         payload = payload_for(case, value)
     if authority == "approval":
-        approval = ctx.wait_approval(payload, timeout=approval_timeout)
+        approval = yield ctx.wait_approval(payload, timeout=approval_timeout)
         if approval is None:
             return decision, None
         grant, facts = approval["grant_id"], approval["facts_seen"]
@@ -146,8 +154,53 @@ def run_refund(
             raise ValueError("run_refund: under a standing grant, the premises come from "
                              "premises=, capture=True or a decision")  # fmt: skip
     if before_effect is not None:
-        before_effect(ctx)
-    r = ctx.effect(target, key=f"refund:{case['id']}", payload=payload, premises=facts,
+        yield before_effect(ctx)  # an awaitable (async) or its result (plain): driven alike
+    r = yield ctx.effect(target, key=f"refund:{case['id']}", payload=payload, premises=facts,
                    grant=grant, decision=None if decision is None else decision.ref,
                    **effect_options)  # fmt: skip
     return decision, r
+
+
+def drive(steps: Generator[Any, Any, T]) -> T:
+    """Run a body like `refund_steps` in a plain workflow: each yielded call has already run
+    (the context returned its result), so the result goes straight back in."""
+    try:
+        value = next(steps)
+        while True:
+            if inspect.isawaitable(value):
+                raise TypeError("a plain workflow's body yielded an awaitable: an `async def` "
+                                "workflow drives it with drive_async")  # fmt: skip
+            value = steps.send(value)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def drive_async(steps: Generator[Any, Any, T]) -> T:
+    """Run a body like `refund_steps` in an `async def` workflow: each yielded awaitable is
+    awaited here. The call was made inside the body, so its place (seq) was taken in the body's
+    order (docs/async.md#places); an exception from the await is thrown back into the body at
+    that call, as a plain call would raise it there."""
+    try:
+        value = next(steps)
+        while True:
+            try:
+                got = (await value) if inspect.isawaitable(value) else value
+            except BaseException as exc:  # noqa: BLE001 - raised inside the body, where it belongs
+                value = steps.throw(exc)
+            else:
+                value = steps.send(got)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def run_refund(ctx: WorkflowContext, case: dict[str, Any], **options: Any
+               ) -> tuple[Decision | None, EffectResult | None]:  # fmt: skip
+    """The refund body in a plain workflow (`refund_steps` for the options)."""
+    return drive(refund_steps(ctx, case, **options))
+
+
+async def run_refund_async(ctx: Any, case: dict[str, Any], **options: Any
+                           ) -> tuple[Decision | None, EffectResult | None]:  # fmt: skip
+    """The refund body in an `async def` workflow (`refund_steps` for the options): the same
+    steps at the same places as `run_refund`."""
+    return await drive_async(refund_steps(ctx, case, **options))
