@@ -15,7 +15,8 @@ results/tlc_traces (e.g. a fresh `make tlc` run's, before they are copied there)
 Every replay test takes the mode (conformance/conftest.py MODES): the model's workflow as a
 plain workflow on the plain worker, or as its `async def` twin on the asyncio worker. The
 bounded run replays in async mode ASYNC_BROKEN (fencing, an unfenced commit, the stopwatch
-before the dispatch, the grant check inside the transaction, the lost wake-up) and the first
+before the dispatch, the grant check inside the transaction, the local lease check, the lost
+wake-up) and the first
 trace of each other family; ILR_LONG=1 replays every trace in both modes.
 """
 
@@ -57,10 +58,12 @@ def _id(p: Path) -> str:
 
 # The broken configs whose counterexamples the bounded run replays in async mode too: the
 # fixes an async workflow leans on most (the fence of its writes and of its commit, the send
-# deadline's stopwatch, the grant check in T_dispatch against a revoke, a signal's wake-up).
+# deadline's stopwatch, the grant check in T_dispatch against a revoke, the local lease check
+# before a durable call, which the async context runs itself, a signal's wake-up).
 ASYNC_BROKEN = ("Broken_NoFencing__FencedWrites", "Broken_UnfencedCommit__StepResultUnique",
                 "Broken_StopwatchAfterDispatch__NoOverlappingSends",
                 "Broken_GrantCheckOutsideTxn__RevokeLinearizable",
+                "Broken_NoLocalLeaseCheck__NoRerunAfterComplete",
                 "Broken_WakeOnlyIfSleeping__NoLostWakeup")  # fmt: skip
 
 
