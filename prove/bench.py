@@ -1,7 +1,10 @@
 """`make bench`: the runtime against DBOS, Absurd and the Temporal dev server in one run.
 
     python -m prove.bench            # the full run: writes results/bench.md and results/bench.json
-    python -m prove.bench --smoke    # about 10 s, small sizes, writes nothing into results/
+    python -m prove.bench --smoke    # about a minute, small sizes, writes nothing into results/
+    python -m prove.bench --systems runtime,runtime_async --shapes 1,2,parked --name bench_async
+                                     # the asyncio worker's rows alone (with the sync worker's
+                                     # beside them for the ratios): results/bench_async.md
 
 Shape 1, "one step" (issue 9): a workflow with one step that sleeps 20 ms. For each system and
 repetition, in a fresh database of the project's own Postgres cluster (Temporal: the dev server
@@ -33,6 +36,15 @@ system. How each system is driven (its own native path, as its users write it):
 - runtime: `Runtime.start` (insert + NOTIFY in one transaction); one worker subprocess
   (`python -m interlock_runtime.worker`, LISTEN wake-ups, --concurrency C); the client waits by
   polling the workflow's status row every 1 ms.
+- runtime_async (issue 23): the same with the asyncio worker (docs/async.md) serving `async def`
+  workflows (prove/bench_async_flows.py): the step awaits asyncio.sleep; in shape 2 the model
+  call goes through anthropic.AsyncAnthropic. Shape 2 runs it beside the sync worker at the same
+  worker processes and clients per worker (refund_async_points, up to 64 clients per worker)
+  and reports the ratio of their workflows/s per worker process.
+
+"parked" (issue 23): 10,000 runs parked on a signal in one asyncio worker process: its RSS and
+thread count before the runs, with all parked and after; the worst heartbeat gap while it held
+runs; the time to finish them all once signalled.
 - DBOS: `DBOS.start_workflow` in the driver process (DBOS runs workflows in the process that
   starts them, durably in Postgres; its executor has no thread cap); the client waits on the
   handle (an in-process future).
@@ -82,7 +94,9 @@ from prove.bench_proc import (
 )
 from prove.scrub import scrub
 
-SYSTEMS = ("runtime", "dbos", "absurd", "temporal")
+SYSTEMS = ("runtime", "runtime_async", "dbos", "absurd", "temporal")
+RUNTIMES = ("runtime", "runtime_async")  # the sync worker and the asyncio worker (docs/async.md)
+ASYNC_CONCURRENCY = 256  # the asyncio worker: runs in flight per process (MAX_CONCURRENCY)
 STEP_MS = 20.0
 STARTERS = 8  # client threads starting the throughput batch (each with its own connection)
 ROOT = Path(__file__).resolve().parents[1]
@@ -341,13 +355,14 @@ class Driver:
 
 class RuntimeDriver(Driver):
     system = "runtime"
+    module, workflow = "prove.bench_flows", "bench_one_step"
 
     def setup(self) -> None:
         from interlock_runtime import Runtime
         from interlock_runtime.testing import WorkerProcess
 
         self.logdir = Path(tempfile.mkdtemp(prefix="ilr-bench-"))
-        self.worker = WorkerProcess(self.dsn, "bench-w1", self.logdir, "prove.bench_flows",
+        self.worker = WorkerProcess(self.dsn, "bench-w1", self.logdir, self.module,
                                     pythonpath=str(ROOT), lease_ttl=30.0, poll=1.0,
                                     concurrency=self.args.concurrency, cwd=str(ROOT))  # fmt: skip
         self.worker.wait_event("registered", timeout=60)
@@ -361,7 +376,7 @@ class RuntimeDriver(Driver):
 
     def start_one(self, i: int, rt: Any = None) -> str:
         wf = f"b{self.tag}-{i}"
-        (rt or self.rt).start("bench_one_step", wf, {"ms": STEP_MS})
+        (rt or self.rt).start(self.workflow, wf, {"ms": STEP_MS})
         return wf
 
     def start_chunk(self, k: int, ids: list[int]) -> list[Any]:
@@ -389,8 +404,21 @@ class RuntimeDriver(Driver):
                 self.worker.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 pass
+            # The asyncio worker reports its loop's worst lag as it stops: the row's worker was
+            # the asyncio one, and how late its loop ran.
+            lag = [e["worst"] for e in self.worker.events() if e.get("event") == "loop_lag"]
+            if lag:
+                self.out["loop_lag_max_s"] = max(lag)
             self.worker.close()
             shutil.rmtree(self.logdir, ignore_errors=True)
+
+
+class RuntimeAsyncDriver(RuntimeDriver):
+    """The runtime's asyncio worker (`interlock worker` picks it for a module of `async def`
+    workflows): the step is an `async def` awaiting asyncio.sleep, a coroutine while it sleeps."""
+
+    system = "runtime_async"
+    module, workflow = "prove.bench_async_flows", "bench_one_step_async"
 
 
 class DbosDriver(Driver):
@@ -671,8 +699,8 @@ def temporal_worker(argv: list[str]) -> int:
     os._exit(0)
 
 
-DRIVERS = {"runtime": RuntimeDriver, "dbos": DbosDriver, "absurd": AbsurdDriver,
-           "temporal": TemporalDriver}  # fmt: skip
+DRIVERS = {"runtime": RuntimeDriver, "runtime_async": RuntimeAsyncDriver, "dbos": DbosDriver,
+           "absurd": AbsurdDriver, "temporal": TemporalDriver}  # fmt: skip
 
 
 def drive(argv: list[str]) -> int:
@@ -699,6 +727,14 @@ def drive(argv: list[str]) -> int:
 # -- orchestration ---------------------------------------------------------------------------
 
 
+def concurrency_of(system: str, cfg: dict) -> int:
+    """Shape 1's worker concurrency: the asyncio worker at its documented ceiling (runs in
+    flight are coroutines), every other system at cfg["concurrency"]."""
+    if system == "runtime_async":
+        return int(cfg.get("async_concurrency", ASYNC_CONCURRENCY))
+    return int(cfg["concurrency"])
+
+
 def run_driver(system: str, admin: str, cfg: dict, temporal: str, template: str | None,
                temporal_pid: int = 0) -> dict:  # fmt: skip
     """One system, one repetition, in a fresh database and a subprocess of its own; records the
@@ -706,13 +742,13 @@ def run_driver(system: str, admin: str, cfg: dict, temporal: str, template: str 
     with ExitStack() as stack:
         dsn = dbname = ""
         if system != "temporal":
-            tpl = template if system == "runtime" else None
+            tpl = template if system in RUNTIMES else None
             dsn, dbname = stack.enter_context(scratch_database(admin, f"ilr_bench_{system}", tpl))
         out = Path(tempfile.mkstemp(prefix=f"bench-{system}-", suffix=".json")[1])
         cmd = [sys.executable, "-m", "prove.bench", "drive", system, "--admin", admin,
                "--dsn", dsn, "--dbname", dbname, "--temporal", temporal,
                "--temporal-pid", str(temporal_pid), "--seq", str(cfg["seq"]), "--tput", str(cfg["tput"]),
-               "--warmup", str(cfg["warmup"]), "--concurrency", str(cfg["concurrency"]),
+               "--warmup", str(cfg["warmup"]), "--concurrency", str(concurrency_of(system, cfg)),
                "--out", str(out)]  # fmt: skip
         t0, m0 = time.perf_counter(), machine_state()
         r = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True,
@@ -799,11 +835,11 @@ def summarize(system: str, reps: list[dict]) -> dict:
     return s
 
 
-def ratios(per_rep: list[dict[str, dict]], peer: str) -> dict:
-    """runtime/peer per repetition pair: p50 latency and throughput."""
+def ratios(per_rep: list[dict[str, dict]], peer: str, base: str = "runtime") -> dict:
+    """base/peer per repetition pair: p50 latency and throughput."""
     lat, tp = [], []
     for rep in per_rep:
-        a, b = rep.get("runtime"), rep.get(peer)
+        a, b = rep.get(base), rep.get(peer)
         if not a or not b or "error" in a or "error" in b:
             continue
         lat.append(pct(a["seq_ms"], 50) / pct(b["seq_ms"], 50))
@@ -860,8 +896,18 @@ class ClosedLoop:
                 "p99_ms": pct(lat, 99), "outcomes": sorted({r[2] for r in inside})}  # fmt: skip
 
 
+REFUND_FLOWS = {
+    "runtime": ("prove.bench_flows", "bench_refund"),
+    "runtime_async": ("prove.bench_async_flows", "bench_refund_async"),
+}
+
+
 def runtime_refund_point(admin: str, template: str, urls: tuple[str, str], workers: int,
-                         per_worker: int, warmup: float, window: float) -> dict:  # fmt: skip
+                         per_worker: int, warmup: float, window: float,
+                         system: str = "runtime") -> dict:  # fmt: skip
+    """One closed-loop point of the sync worker ("runtime") or the asyncio worker
+    ("runtime_async"): `workers` worker processes, each with --concurrency per_worker (threads
+    or coroutines) and per_worker clients."""
     from interlock_runtime import Runtime
     from interlock_runtime.testing import WorkerProcess
     from world.target_client import TargetAdmin
@@ -875,7 +921,8 @@ def runtime_refund_point(admin: str, template: str, urls: tuple[str, str], worke
         logdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ilr-bench-")))
         # Tagged connections: pg_stat_activity tells the workers' and clients' backends (the
         # engine) from the harness's result poller (reported apart).
-        procs = [WorkerProcess(f"{dsn} application_name=ilr-bench-worker", f"bench-r{i}", logdir, "prove.bench_flows",
+        module, flow = REFUND_FLOWS[system]
+        procs = [WorkerProcess(f"{dsn} application_name=ilr-bench-worker", f"bench-r{i}", logdir, module,
                                pythonpath=str(ROOT), lease_ttl=REFUND_TTL, poll=1.0,
                                concurrency=per_worker, cwd=str(ROOT)) for i in range(workers)]  # fmt: skip
         stack.callback(lambda: [w.close() for w in procs])
@@ -918,7 +965,7 @@ def runtime_refund_point(admin: str, template: str, urls: tuple[str, str], worke
                 case = {"id": wid, "payment": pid, "target_url": target_url,
                         "model_url": model_url, "grant": grant}  # fmt: skip
                 t = time.perf_counter()
-                rt.start("bench_refund", wid, case)
+                rt.start(flow, wid, case)
                 ev.wait(120)
                 end = time.perf_counter()
                 with loop.lock:
@@ -1064,25 +1111,74 @@ def temporal_refund_point(address: str, urls: tuple[str, str], workers: int, per
         stop_all(procs, timeout=20)
 
 
+def point_key(system: str, workers: int, per_worker: int, cfg: dict) -> str:
+    """A shape-2 point's name: system@workers, with xCLIENTS when its clients per worker differ
+    from cfg["refund_per_worker"] (the async comparison's larger load)."""
+    if per_worker == cfg["refund_per_worker"]:
+        return f"{system}@{workers}"
+    return f"{system}@{workers}x{per_worker}"
+
+
+def refund_plan(cfg: dict) -> list[tuple[str, int, int]]:
+    """The points of one repetition, in order: (system, workers, clients per worker).
+
+    Each system of refund_systems but the asyncio worker at every refund_workers count with
+    refund_per_worker clients; then, when "runtime_async" is among refund_systems, each pair of
+    refund_async_points (workers, clients per worker) as the sync worker then the asyncio
+    worker, back to back, so their ratio pairs neighbours (the sync worker's standard point at
+    that size moves there instead of running twice)."""
+    systems = cfg["refund_systems"]
+    pairs = (
+        [tuple(p) for p in cfg.get("refund_async_points", [])] if "runtime_async" in systems else []
+    )
+    plan = [(s, w, cfg["refund_per_worker"]) for w in cfg["refund_workers"] for s in systems
+            if s != "runtime_async"
+            and not (s == "runtime" and (w, cfg["refund_per_worker"]) in pairs)]  # fmt: skip
+    for w, c in pairs:
+        plan += [("runtime", int(w), int(c)), ("runtime_async", int(w), int(c))]
+    return plan
+
+
+def async_ratios(rows: list[dict], cfg: dict) -> dict:
+    """Per refund_async_points pair: the asyncio worker's workflows/s per worker process over
+    the sync worker's, per repetition (the two points of a repetition ran back to back)."""
+    out = {}
+    for w, c in (tuple(p) for p in cfg.get("refund_async_points", [])):
+        a_key, s_key = point_key("runtime_async", w, c, cfg), point_key("runtime", w, c, cfg)
+        per = []
+        for rep in range(cfg["reps"]):
+            a = next((r for r in rows if r.get("key") == a_key and r["rep"] == rep), None)
+            b = next((r for r in rows if r.get("key") == s_key and r["rep"] == rep), None)
+            if a and b and "error" not in a and "error" not in b and b["wf_per_s"]:
+                per.append({"rep": rep, "async_wf_s_per_process": a["wf_per_s"] / w,
+                            "sync_wf_s_per_process": b["wf_per_s"] / w,
+                            "ratio": a["wf_per_s"] / b["wf_per_s"],
+                            "rerun": bool(a.get("rerun") or b.get("rerun"))})  # fmt: skip
+        if per:
+            out[f"{w}x{c}"] = {"workers": w, "per_worker": c, "async_key": a_key, "sync_key": s_key,
+                               "per_rep": per, "ratio": spread_rel([p["ratio"] for p in per])}  # fmt: skip
+    return out
+
+
 def run_shape2(cfg: dict, admin: str, template: str, temporal: str, log=print,
                temporal_pid: int = 0) -> dict:  # fmt: skip
     rows: list[dict] = []
     with refund_services() as urls:
 
-        def point(system: str, w: int, rep: int, label: str) -> dict:
-            log(f"[bench] shape 2 {label}: {system}, {w} workers ...")
+        def point(system: str, w: int, c: int, rep: int, label: str) -> dict:
+            log(f"[bench] shape 2 {label}: {system}, {w} workers x {c} clients ...")
             m0 = machine_state()
             try:
-                if system == "runtime":
-                    r = runtime_refund_point(admin, template, urls, w, cfg["refund_per_worker"],
-                                             cfg["refund_warmup"], cfg["refund_window"])  # fmt: skip
+                if system in RUNTIMES:
+                    r = runtime_refund_point(admin, template, urls, w, c, cfg["refund_warmup"],
+                                             cfg["refund_window"], system)  # fmt: skip
                 else:
-                    r = temporal_refund_point(temporal, urls, w, cfg["refund_per_worker"],
-                                              cfg["refund_warmup"], cfg["refund_window"],
-                                              temporal_pid)  # fmt: skip
+                    r = temporal_refund_point(temporal, urls, w, c, cfg["refund_warmup"],
+                                              cfg["refund_window"], temporal_pid)  # fmt: skip
             except Exception as e:  # noqa: BLE001 - recorded in the report
-                r = {"error": f"{type(e).__name__}: {e}", "workers": w}
-            r.update(system=system, rep=rep, machine=machine_delta(m0, machine_state()))
+                r = {"error": f"{type(e).__name__}: {e}", "workers": w, "per_worker": c}
+            r.update(system=system, rep=rep, key=point_key(system, w, c, cfg),
+                     machine=machine_delta(m0, machine_state()))  # fmt: skip
             if "error" in r:
                 log(f"[bench]   FAILED: {r['error']}")
             else:
@@ -1092,44 +1188,250 @@ def run_shape2(cfg: dict, admin: str, template: str, temporal: str, log=print,
                     f"outcomes {r['outcomes']} {r.get('statuses', '')}")  # fmt: skip
             return r
 
+        plan = [p for p in refund_plan(cfg) if p[0] != "temporal" or temporal]
         for rep in range(cfg["reps"]):
-            for w in cfg["refund_workers"]:
-                for system in cfg["refund_systems"]:
-                    if system == "temporal" and not temporal:
-                        continue
-                    rows.append(point(system, w, rep, f"rep {rep + 1}/{cfg['reps']}"))
+            for system, w, c in plan:
+                rows.append(point(system, w, c, rep, f"rep {rep + 1}/{cfg['reps']}"))
         reruns: list[dict] = []
-        for system in cfg["refund_systems"]:
-            for w in cfg["refund_workers"]:
-                idx = [i for i, r in enumerate(rows) if r["system"] == system and r["workers"] == w]
-                new, flags = apply_rerun_rule(
-                    [rows[i] for i in idx], lambda r: r["wf_per_s"],
-                    lambda k, s=system, w=w: point(s, w, k, f"re-run of rep {k + 1}"),
-                    f"shape 2 {system}@{w}",
-                )  # fmt: skip
-                for i, r in zip(idx, new, strict=True):
-                    rows[i] = r
-                reruns += flags
+        for system, w, c in plan:
+            key = point_key(system, w, c, cfg)
+            idx = [i for i, r in enumerate(rows) if r["key"] == key]
+            new, flags = apply_rerun_rule(
+                [rows[i] for i in idx], lambda r: r["wf_per_s"],
+                lambda k, s=system, w=w, c=c: point(s, w, c, k, f"re-run of rep {k + 1}"),
+                f"shape 2 {key}",
+            )  # fmt: skip
+            for i, r in zip(idx, new, strict=True):
+                rows[i] = r
+            reruns += flags
     summary = {}
-    for system in cfg["refund_systems"]:
-        for w in cfg["refund_workers"]:
-            pts = [
-                r for r in rows if r["system"] == system and r["workers"] == w and "error" not in r
-            ]
-            if not pts:
-                continue
-            key = f"{system}@{w}"
-            summary[key] = {k: spread_rel([p[k] for p in pts if p.get(k) is not None])
-                            for k in ("wf_per_s", "effects_per_s", "p50_ms", "p99_ms",
-                                      "write_tx_per_wf", "write_tx_per_s", "pg_cpu_cores",
-                                      "heartbeat_gap_max_s")}  # fmt: skip
-            ov = [p["effect_overhead_ms"]["p50"] for p in pts if p.get("effect_overhead_ms")]
-            summary[key]["effect_overhead_p50_ms"] = spread([v for v in ov if v is not None])
-            for part in ("engine", "with_poller", "processes", "backends", "poller"):
-                summary[key][f"engine_cpu_s_per_1k_{part}"] = spread_rel(
-                    [p["engine_cpu_per_1k"][part] for p in pts if p.get("engine_cpu_per_1k")]
-                )
-    return {"points": rows, "summary": summary, "reruns": reruns}
+    for system, w, c in plan:
+        key = point_key(system, w, c, cfg)
+        pts = [r for r in rows if r["key"] == key and "error" not in r]
+        if not pts:
+            continue
+        summary[key] = {k: spread_rel([p[k] for p in pts if p.get(k) is not None])
+                        for k in ("wf_per_s", "effects_per_s", "p50_ms", "p99_ms",
+                                  "write_tx_per_wf", "write_tx_per_s", "pg_cpu_cores",
+                                  "heartbeat_gap_max_s")}  # fmt: skip
+        summary[key].update(system=system, workers=w, per_worker=c)
+        ov = [p["effect_overhead_ms"]["p50"] for p in pts if p.get("effect_overhead_ms")]
+        summary[key]["effect_overhead_p50_ms"] = spread([v for v in ov if v is not None])
+        for part in ("engine", "with_poller", "processes", "backends", "poller"):
+            summary[key][f"engine_cpu_s_per_1k_{part}"] = spread_rel(
+                [p["engine_cpu_per_1k"][part] for p in pts if p.get("engine_cpu_per_1k")]
+            )
+    return {"points": rows, "summary": summary, "reruns": reruns,
+            "async_vs_sync": async_ratios(rows, cfg)}  # fmt: skip
+
+
+# -- parked: many runs waiting on a signal in one asyncio worker process ----------------------
+
+PARKED_TTL = 6.0  # lease_ttl of the parked worker: one renewal every 2 s while it holds runs
+
+
+def proc_status(pid: int) -> dict | None:
+    """VmRSS (KiB) and the thread count of a live process (/proc/<pid>/status)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    f = dict(line.split(":", 1) for line in lines if ":" in line)
+    return {"rss_kib": int(f["VmRSS"].split()[0]), "threads": int(f["Threads"])}
+
+
+class StatusSampler:
+    """proc_status(pid) every `interval` seconds in a thread: the peak RSS and thread count
+    of each phase (a phase starts at mark(name))."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        self.pid, self.interval = pid, interval
+        self.phases: dict[str, dict] = {}
+        self.phase = ""
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def mark(self, phase: str) -> None:
+        self.phase = phase
+        self._sample()
+
+    def _sample(self) -> None:
+        st = proc_status(self.pid)
+        if st is None or not self.phase:
+            return
+        ph = self.phases.setdefault(self.phase, {"rss_kib_max": 0, "threads_max": 0, "samples": 0})
+        ph["rss_kib_max"] = max(ph["rss_kib_max"], st["rss_kib"])
+        ph["threads_max"] = max(ph["threads_max"], st["threads"])
+        ph["samples"] += 1
+
+    def _loop(self) -> None:
+        while not self.stop_ev.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> StatusSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_ev.set()
+        self.thread.join(timeout=5)
+
+
+def in_threads(fn: Any, items: list[Any], clients: list[Any]) -> float:
+    """fn(client, item) for every item, len(clients) threads each with its own client; the
+    seconds it took."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = len(clients)
+    chunks = [items[k::n] for k in range(n)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(n) as ex:
+        list(ex.map(lambda k: [fn(clients[k], x) for x in chunks[k]], range(n)))
+    return time.perf_counter() - t0
+
+
+def wait_count(conn: psycopg.Connection, status: str, n: int, timeout: float,
+               worker: Any) -> float | None:  # fmt: skip
+    """Wait until n workflows have `status`; the monotonic time it was seen, None on timeout
+    (or when the worker died)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = conn.execute("select count(*) from ilr.workflows where status = %s",
+                           (status,)).fetchone()[0]  # fmt: skip
+        if got >= n:
+            return time.monotonic()
+        if worker.proc.poll() is not None:
+            return None
+        time.sleep(0.05)
+    return None
+
+
+def busy_gaps(events: list[dict], windows: dict[str, list[float]]) -> dict[str, list[float]]:
+    """The heartbeat gaps of each busy window (name -> [start, end], wall clock). The worker
+    renews only while it holds runs, and a renewal's gap is measured from the previous one: the
+    first renewal of a busy window spans the idle time before it, when no lease was held, so it
+    is left out; the rest are renewals while the worker held runs."""
+    out: dict[str, list[float]] = {}
+    for name, (lo, hi) in windows.items():
+        beats = [e for e in events if e.get("event") == "heartbeat" and lo <= e["ts"] <= hi]
+        out[name] = [e["gap"] for e in beats[1:] if e.get("gap") is not None]
+    return out
+
+
+def parked_point(admin: str, template: str, runs: int, concurrency: int, timeout: float,
+                 lease_ttl: float = PARKED_TTL) -> dict:  # fmt: skip
+    """One asyncio worker process; `runs` workflows that each wait for a signal. Its RSS and
+    threads before any run, with every run parked and after all finished; the worst heartbeat
+    gap over the whole point; the time to park them all and, after signalling all, to finish
+    them all."""
+    from interlock_runtime import Runtime
+    from interlock_runtime.testing import WorkerProcess
+
+    out: dict[str, Any] = {"runs": runs, "concurrency": concurrency, "lease_ttl": lease_ttl}
+    tag = uuid.uuid4().hex[:6]
+    ids = [f"p{tag}-{i}" for i in range(runs)]
+    with ExitStack() as stack:
+        dsn, dbname = stack.enter_context(scratch_database(admin, "ilr_bench_parked", template))
+        logdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ilr-bench-")))
+        w = WorkerProcess(dsn, "bench-p1", logdir, "prove.bench_async_flows",
+                          pythonpath=str(ROOT), lease_ttl=lease_ttl, poll=1.0,
+                          concurrency=concurrency, cwd=str(ROOT))  # fmt: skip
+        stack.callback(w.close)
+        w.wait_event("registered", timeout=60)
+        clients = [Runtime(dsn, create_schema=False) for _ in range(STARTERS)]
+        stack.callback(lambda: [c.close() for c in clients])
+        conn = stack.enter_context(psycopg.connect(dsn, autocommit=True))
+        sampler = stack.enter_context(StatusSampler(w.pid))
+        time.sleep(0.5)  # the worker's first claim pass (nothing to claim) is behind it
+        out["before"] = proc_status(w.pid)
+        sampler.mark("parking")
+        cpu = EngineCpu([w.pid], admin, dbname).start()
+        t0, wall = time.monotonic(), {"park": [time.time()]}
+        out["start_s"] = in_threads(lambda rt, wid: rt.start("bench_parked", wid, {}), ids, clients)
+        parked_at = wait_count(conn, "sleeping", runs, timeout, w)
+        out["park_cpu"] = cpu.stop()
+        if parked_at is None:
+            raise RuntimeError(f"not every run parked within {timeout} s: "
+                               f"{w.events_path.read_text()[-1500:]}")  # fmt: skip
+        out["park_s"] = parked_at - t0
+        wall["park"].append(time.time())
+        time.sleep(1.0)  # settled: the last suspends have returned their memory to the pools
+        out["parked"] = proc_status(w.pid)
+        sampler.mark("finishing")
+        cpu = EngineCpu([w.pid], admin, dbname).start()
+        t1, wall["finish"] = time.monotonic(), [time.time()]
+        out["signal_s"] = in_threads(lambda rt, wid: rt.signal(wid, "go", 1), ids, clients)
+        done_at = wait_count(conn, "completed", runs, timeout, w)
+        out["finish_cpu"] = cpu.stop()
+        if done_at is None:
+            raise RuntimeError(f"not every run finished within {timeout} s")
+        out["finish_s"] = done_at - t1
+        wall["finish"].append(time.time())
+        out["after"] = proc_status(w.pid)
+        sampler.mark("")
+        out["phases"] = sampler.phases
+        w.proc.send_signal(signal.SIGTERM)
+        try:
+            w.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        events = w.events()
+    gaps = busy_gaps(events, wall)
+    every = [g for gs in gaps.values() for g in gs]
+    out["heartbeats"] = {k: len(v) for k, v in gaps.items()}
+    out["heartbeat_gap_max_s"] = max(every) if every else None
+    out["heartbeat_gap_max_by_phase_s"] = {k: max(v) if v else None for k, v in gaps.items()}
+    out["heartbeat_interval_s"] = lease_ttl / 3
+    lag = [e.get("worst") for e in events if e.get("event") == "loop_lag"]
+    out["loop_lag_max_s"] = lag[0] if lag else None
+    out["loop_blocked"] = sum(1 for e in events if e.get("event") == "loop_blocked")
+    b, p = out["before"], out["parked"]
+    out["rss_per_parked_run_bytes"] = (p["rss_kib"] - b["rss_kib"]) * 1024 / runs
+    out["finish_runs_per_s"] = runs / out["finish_s"]
+    out["park_runs_per_s"] = runs / out["park_s"]
+    for phase, c in (("park", out["park_cpu"]), ("finish", out["finish_cpu"])):
+        out[f"{phase}_engine_cpu_s_per_1k"] = c["engine_cpu_s"] * 1000.0 / runs
+    return out
+
+
+def run_parked(cfg: dict, admin: str, template: str, log: Any = print) -> dict:
+    """The parked measurement, cfg["reps"] times, each in a fresh database and a fresh worker."""
+    points = []
+    for rep in range(cfg["reps"]):
+        log(f"[bench] parked rep {rep + 1}/{cfg['reps']}: {cfg['parked_runs']:,} runs in one "
+            "asyncio worker ...")  # fmt: skip
+        m0 = machine_state()
+        try:
+            r = parked_point(admin, template, cfg["parked_runs"],
+                             int(cfg.get("async_concurrency", ASYNC_CONCURRENCY)),
+                             cfg.get("parked_timeout", 600.0),
+                             cfg.get("parked_lease_ttl", PARKED_TTL))  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - recorded in the report
+            r = {"error": f"{type(e).__name__}: {e}"}
+        r.update(rep=rep, machine=machine_delta(m0, machine_state()))
+        if "error" in r:
+            log(f"[bench]   FAILED: {r['error'][-600:]}")
+        else:
+            log(f"[bench]   RSS {r['before']['rss_kib'] / 1024:.1f} -> "
+                f"{r['parked']['rss_kib'] / 1024:.1f} MiB parked "
+                f"({r['rss_per_parked_run_bytes']:.0f} B/run), threads "
+                f"{r['before']['threads']} -> {r['parked']['threads']}, parked in "
+                f"{r['park_s']:.1f} s, finished in {r['finish_s']:.1f} s, worst heartbeat gap "
+                f"{_f(r['heartbeat_gap_max_s'], 2)} s")  # fmt: skip
+        points.append(r)
+    ok = [p for p in points if "error" not in p]
+    summary = {k: spread_rel([p[k] for p in ok if p.get(k) is not None])
+               for k in ("rss_per_parked_run_bytes", "park_s", "finish_s", "finish_runs_per_s",
+                         "park_runs_per_s", "heartbeat_gap_max_s", "loop_lag_max_s",
+                         "park_engine_cpu_s_per_1k", "finish_engine_cpu_s_per_1k", "start_s",
+                         "signal_s")}  # fmt: skip
+    for stage in ("before", "parked", "after"):
+        summary[f"rss_kib_{stage}"] = spread_rel([p[stage]["rss_kib"] for p in ok])
+        summary[f"threads_{stage}"] = spread_rel([p[stage]["threads"] for p in ok])
+    summary["threads_max"] = spread_rel(
+        [max(ph["threads_max"] for ph in p["phases"].values()) for p in ok if p.get("phases")]
+    )
+    return {"runs": cfg["parked_runs"], "points": points, "summary": summary}
 
 
 # -- pgbench ---------------------------------------------------------------------------------
@@ -1303,6 +1605,12 @@ TOPOLOGY = [
      "concurrency >= in-flight workflows per worker",
      "the worker process(es) and the backends of the workers and of the starters; the "
      "poller's backend is shown apart (shape 2's verdict counts it against the runtime)"),
+    ("runtime_async", "as runtime, the worker being the asyncio worker (`interlock worker` "
+     "picks it for a module of `async def` workflows: runs are coroutines on one event loop, "
+     "the claim loop and heartbeat in threads, async database connections, docs/async.md)",
+     "LISTEN/NOTIFY wake-ups; --concurrency 256 in shape 1 (its documented ceiling: a run in "
+     "flight is a coroutine); in shape 2 as many as the point's clients per worker",
+     "as runtime"),
     ("dbos", "one process (DBOS.launch in the driver: the same process starts and runs the "
      "workflows, executor without a thread cap) + Postgres backends (its system-database pool, "
      "default 20 connections)",
@@ -1355,6 +1663,100 @@ def commit_limit_section(report: dict, cfg: dict) -> list[str]:
     return L
 
 
+ASYNC_TARGET = 3.0  # issue 23: the asyncio worker's refund throughput per process over the sync's
+
+
+def async_target_pair(report: dict) -> dict | None:
+    """The comparison the target is judged on: the pair with the most clients per worker."""
+    pairs = list((report.get("shape2") or {}).get("async_vs_sync", {}).values())
+    return max(pairs, key=lambda p: (p["per_worker"], p["workers"])) if pairs else None
+
+
+def async_refund_section(report: dict, cfg: dict) -> list[str]:
+    """Shape 2: the asyncio worker against the sync worker (issue 23): rule, then the data."""
+    pairs = report["shape2"].get("async_vs_sync") or {}
+    if not pairs:
+        return []
+    L = ["### The asyncio worker against the sync worker (issue 23)", "",
+         "Rule, fixed before the data: at each (worker processes W, clients per worker C) of "
+         f"{', '.join(f'{w}x{c}' for w, c in cfg.get('refund_async_points', []))}, the sync "
+         "worker's point then the asyncio worker's run back to back in each repetition, same "
+         "closed loop, same target and model stub, each worker with --concurrency C. The ratio "
+         "is the asyncio worker's workflows/s per worker process over the sync worker's, per "
+         "repetition pair; the summary is the median [min-max] over repetitions. The target "
+         f"(issue 23: >= {ASYNC_TARGET:.0f}x) is judged on the median ratio at the point with "
+         "the most clients per worker; the smaller points are context (a closed loop of C "
+         "clients bounds both at C / latency). One harness process drives the clients for "
+         "both, so a ratio near 1 at a high C may mean the harness or the machine, not the "
+         "worker, was the limit: read it with the engine CPU per workflow above.", "",
+         "| W x C | asyncio wf/s per process | sync wf/s per process | ratio | per repetition |",
+         "|---|---|---|---|---|"]  # fmt: skip
+    for name, p in pairs.items():
+        a = spread([x["async_wf_s_per_process"] for x in p["per_rep"]])
+        b = spread([x["sync_wf_s_per_process"] for x in p["per_rep"]])
+        per = "; ".join(
+            f"{x['ratio']:.2f}{' (re-run)' if x['rerun'] else ''}" for x in p["per_rep"]
+        )
+        L.append(f"| {name} | {_ms(a)} | {_ms(b)} | {_ms(p['ratio'], 2)} | {per} |")
+    return L + [""]
+
+
+def parked_section(report: dict, cfg: dict) -> list[str]:
+    """Runs parked on a signal in one asyncio worker process: how it was measured, then each
+    repetition and the summary."""
+    pk = report["parked"]
+    s = pk["summary"]
+    pts = pk["points"]
+    ttl = next((p.get("lease_ttl") for p in pts if p.get("lease_ttl")), PARKED_TTL)
+    L = ["## Parked: many runs waiting on a signal in one asyncio worker (issue 23)", "",
+         f"One asyncio worker process (--concurrency "
+         f"{cfg.get('async_concurrency', ASYNC_CONCURRENCY)}, lease_ttl {ttl:g} s: one "
+         f"renewal every {ttl / 3:.2g} s while it holds runs) in a fresh database; "
+         f"{pk['runs']:,} workflows (`await ctx.wait_signal(\"go\")`) started by {STARTERS} "
+         "client threads; it claims each and runs it to its wait, where the run suspends (a "
+         "row; nothing of it stays in the worker). RSS and thread count from "
+         "/proc/<pid>/status: before any run (registered, idle), with every run parked (1 s "
+         "after the last suspended), and after every run finished; memory per parked run is "
+         "(parked - before) / runs, so it includes whatever the process kept from running "
+         "them. Then every run is signalled (8 threads) and finish is the time from the first "
+         "signal to the last completion. The heartbeat gap: the worst gap between two lease "
+         "renewals while the worker held runs (parking and finishing; the first renewal of a "
+         "phase is left out, its gap spans the idle time before it, when no lease was held). "
+         f"{cfg['reps']} repetitions; cells: median [min-max].", "",
+         "| rep | RSS before MiB | RSS parked MiB | bytes per parked run | RSS after MiB | "
+         "threads (before; parked; most seen) | parked in s | finished in s (runs/s) | "
+         "worst heartbeat gap s | worst loop lag s | engine CPU-s per 1,000 (park; finish) | "
+         "load 1 min (start -> end) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for p in pts:
+        if "error" in p:
+            L.append(f"| {p['rep'] + 1} | FAILED | | | | | | | | | | "
+                     f"{_mach(p.get('machine')).split(' |')[0]} |")  # fmt: skip
+            continue
+        most = max(ph["threads_max"] for ph in p["phases"].values())
+        L.append(f"| {p['rep'] + 1} | {p['before']['rss_kib'] / 1024:.1f} | "
+                 f"{p['parked']['rss_kib'] / 1024:.1f} | {p['rss_per_parked_run_bytes']:,.0f} | "
+                 f"{p['after']['rss_kib'] / 1024:.1f} | {p['before']['threads']}; "
+                 f"{p['parked']['threads']}; {most} | {p['park_s']:.1f} | "
+                 f"{p['finish_s']:.1f} ({p['finish_runs_per_s']:,.0f}) | "
+                 f"{_f(p['heartbeat_gap_max_s'], 2)} | {_f(p.get('loop_lag_max_s'), 2)} | "
+                 f"{p['park_engine_cpu_s_per_1k']:.2f}; {p['finish_engine_cpu_s_per_1k']:.2f} | "
+                 f"{_mach(p.get('machine')).split(' |')[0]} |")  # fmt: skip
+    mib = {k: {x: (v / 1024 if x in ("median", "min", "max") and v is not None else v)
+               for x, v in s[k].items()} for k in ("rss_kib_before", "rss_kib_parked")}  # fmt: skip
+    L += ["", f"Summary: RSS {_ms(mib['rss_kib_before'])} MiB before, "
+          f"{_ms(mib['rss_kib_parked'])} MiB with {pk['runs']:,} parked: "
+          f"{_ms(s['rss_per_parked_run_bytes'], 0)} bytes per parked run; threads "
+          f"{_ms(s['threads_before'], 0)} before, {_ms(s['threads_parked'], 0)} parked, at most "
+          f"{_ms(s['threads_max'], 0)}; all finished {_ms(s['finish_s'])} s after the first "
+          f"signal; worst heartbeat gap {_ms(s['heartbeat_gap_max_s'], 2)} s against a "
+          f"{ttl / 3:.1f} s renewal interval.", ""]  # fmt: skip
+    errs = [p for p in pts if "error" in p]
+    for p in errs:
+        L.append(f"FAILED parked rep {p['rep'] + 1}: `{p['error'][-300:]}`")
+    return L
+
+
 def targets(report: dict) -> list[tuple[str, str, str]]:
     """(target, measured, verdict) for each target of issue 9 that this run can judge."""
     out = []
@@ -1393,7 +1795,7 @@ def targets(report: dict) -> list[tuple[str, str, str]]:
     pgb = report.get("pgbench", {}).get("by_clients", {}).get("8", {}).get("tps", {}).get("median")
     wf, tx = r8.get("wf_per_s", {}).get("median"), r8.get("write_tx_per_wf", {}).get("median")
     for key, rt in s2.items():  # the refund shape's verdict: engine CPU per workflow (issue 17)
-        if not key.startswith("runtime@"):
+        if not key.startswith("runtime@") or "x" in key:
             continue
         tp = s2.get(key.replace("runtime@", "temporal@"), {})
         a = (rt.get("engine_cpu_s_per_1k_with_poller") or {}).get("median")
@@ -1408,8 +1810,15 @@ def targets(report: dict) -> list[tuple[str, str, str]]:
                     "tx/wf against pgbench TPS (8 clients)",
                     f"{_f(wf)} x {_f(tx, 2)} = {_f(prod, 0)} tx/s vs pgbench {_f(pgb, 0)} "
                     f"({_f(100 * prod / pgb, 0)}% of the limit)", "context"))  # fmt: skip
+    pair = async_target_pair(report)
+    if pair:
+        r = pair["ratio"]
+        out.append((f"refund: the asyncio worker's workflows/s per worker process >= "
+                    f"{ASYNC_TARGET:.0f}x the sync worker's (same run; {pair['workers']} worker "
+                    f"x {pair['per_worker']} clients)", f"ratio {_ms(r, 2)}",
+                    verdict(None if r.get("median") is None else r["median"] >= ASYNC_TARGET)))  # fmt: skip
     effs = [p["effect_write_tx"] for p in report.get("shape2", {}).get("points", [])
-            if p.get("system") == "runtime" and p.get("effect_write_tx")]  # fmt: skip
+            if p.get("system") in RUNTIMES and p.get("effect_write_tx")]  # fmt: skip
     if effs:
         worst = max(e["max"] for e in effs)
         out.append(("exactly 2 write transactions per gated effect (happy path)",
@@ -1516,6 +1925,15 @@ def render(report: dict) -> str:
                 f"{a:.2f}/{b:.2f}" for a, b in zip(r["p50_ratios"], r["tput_ratios"], strict=False)
             )
             L.append(f"| {peer} | {_ms(r['p50_ratio'], 2)} | {_ms(r['tput_ratio'], 2)} | {reps} |")
+        avs = report["shape1"].get("async_vs_sync")
+        if avs:
+            reps = "; ".join(f"{a:.2f}/{b:.2f}"
+                             for a, b in zip(avs["p50_ratios"], avs["tput_ratios"], strict=False))  # fmt: skip
+            L += ["", "The asyncio worker (runtime_async, --concurrency "
+                  f"{cfg.get('async_concurrency', ASYNC_CONCURRENCY)}) over the sync worker "
+                  f"(runtime, --concurrency {cfg['concurrency']}), per repetition pair: p50 "
+                  f"{_ms(avs['p50_ratio'], 2)}, throughput {_ms(avs['tput_ratio'], 2)} "
+                  f"(per repetition, p50/throughput: {reps})."]  # fmt: skip
         errs = [(n, e) for n, s in report["shape1"]["summary"].items() for e in s["errors"]]
         for n, e in errs:
             L.append(f"\nFAILED repetition of {n}: `{e[-300:]}`")
@@ -1543,7 +1961,11 @@ def render(report: dict) -> str:
               f"({TARGET_MS:.0f} ms per POST). Closed loop: {cfg['refund_per_worker']} clients per "
               f"worker process, each starting a workflow (on a payment of its own) and waiting "
               f"for its end; {cfg['refund_warmup']:.0f} s warm-up, then a {cfg['refund_window']:.0f} s "
-              f"window; {cfg['reps']} repetitions. Temporal (a): the baseline's decide and refund "
+              f"window; {cfg['reps']} repetitions. runtime_async: the asyncio worker, the "
+              "workflow an `async def` whose decide calls the model through "
+              "anthropic.AsyncAnthropic on the worker's loop (the effect's gate runs in a worker "
+              "thread, docs/async.md#effects); a point named @WxC ran W worker processes with C "
+              "clients each (and --concurrency C). Temporal (a): the baseline's decide and refund "
               "activities (temporal_idem), one worker process per worker. Postgres CPU: cores "
               "used by the server's processes over the window. Per-effect overhead: DISPATCHED "
               "to COMMITTED journal time minus the target's own time for the POST. Engine CPU: "
@@ -1567,10 +1989,11 @@ def render(report: dict) -> str:
         pts += [
             (f["original"], "replaced by its re-run") for f in report["shape2"].get("reruns", [])
         ]
-        pts.sort(key=lambda x: (x[0]["system"], x[0]["workers"], x[0]["rep"]))
+        pts.sort(key=lambda x: (x[0]["system"], x[0]["workers"], x[0].get("per_worker", 0),
+                                x[0]["rep"]))  # fmt: skip
         for p, note in pts:
             note = f"re-run of rep {p['rerun']['of_rep'] + 1}" if p.get("rerun") else note
-            head = f"| {p['system']}@{p['workers']} | {p['rep'] + 1} |"
+            head = f"| {p.get('key') or p['system'] + '@' + str(p['workers'])} | {p['rep'] + 1} |"
             if "error" in p:
                 L.append(f"{head} FAILED | | | | {_mach(p.get('machine'))} | {note} |")
                 continue
@@ -1580,14 +2003,17 @@ def render(report: dict) -> str:
             L.append(f"\nRE-RUN: {f['reason']}; the re-run measured {_f(f['rerun_value'])} wf/s.")
         errs = [p for p in report["shape2"]["points"] if "error" in p]
         for p in errs:
-            L.append(f"\nFAILED point {p['system']}@{p['workers']}: `{p['error'][-300:]}`")
+            L.append(f"\nFAILED point {p.get('key') or p['system']}: `{p['error'][-300:]}`")
         gaps = {k: s.get("heartbeat_gap_max_s") for k, s in report["shape2"]["summary"].items()
-                if k.startswith("runtime@")}  # fmt: skip
+                if k.split("@")[0] in RUNTIMES}  # fmt: skip
         L += ["", f"Worst heartbeat gap (the runtime's workers log each lease renewal; lease_ttl "
               f"{REFUND_TTL:.0f} s, so one renewal every {REFUND_TTL / 3:.1f} s): "
               + ", ".join(f"{k} {_ms(v, 2)} s" for k, v in gaps.items())
               + ". A safe lease_ttl exceeds the worst gap with margin; the gap beyond the "
               "interval is the scheduling delay of a loaded machine.", ""]  # fmt: skip
+        L += async_refund_section(report, cfg)
+    if report.get("parked"):
+        L += parked_section(report, cfg)
     if report.get("plots"):
         L += ["## Plots", ""] + [f"![{name}]({name})" for name in report["plots"]] + [""]
     L += ["## Targets", "", "| target | measured | verdict |", "|---|---|---|"]
@@ -1705,12 +2131,16 @@ def run_bench(cfg: dict, log: Any = None) -> dict:
                 json.dumps(partial, default=str)
             )  # shape 1 survives a failure in shape 2
             report["shape2"] = run_shape2(cfg, admin, template, temporal, log, temporal_pid)
+        if "parked" in cfg["shapes"]:
+            report["parked"] = run_parked(cfg, admin, template, log)
     report["shape1"] = {
         "reps": per_rep,
         "reruns": reruns,
         "summary": {s: summarize(s, [r[s] for r in per_rep]) for s in systems},
-        "ratios": {p: ratios(per_rep, p) for p in systems if p != "runtime"},
+        "ratios": {p: ratios(per_rep, p) for p in systems if p not in RUNTIMES},
     }
+    if "runtime" in systems and "runtime_async" in systems:  # the asyncio worker / the sync one
+        report["shape1"]["async_vs_sync"] = ratios(per_rep, "runtime", base="runtime_async")
     if cfg.get("pgbench"):
         rt = report["shape1"]["summary"].get("runtime", {})
         size = (rt.get("wal_bytes_per_write_tx") or {}).get("median")
@@ -1721,13 +2151,33 @@ def run_bench(cfg: dict, log: Any = None) -> dict:
     return report
 
 
+SHAPES = (1, 2, "parked")
 FULL = {"systems": list(SYSTEMS), "reps": 3, "seq": 200, "tput": 1000, "warmup": 5,
-        "concurrency": 32, "driver_timeout": 600, "pgbench": True,
-        "pgbench_clients": [1, 8], "pgbench_seconds": 8, "shapes": [1, 2], "commit_limit": True,
-        "refund_systems": ["runtime", "temporal"], "refund_workers": [1, 4, 8],
-        "refund_per_worker": 8, "refund_warmup": 4.0, "refund_window": 8.0}  # fmt: skip
-SMOKE = {"systems": ["runtime", "absurd"], "reps": 1, "seq": 10, "tput": 40, "warmup": 1,
-         "concurrency": 8, "driver_timeout": 120, "pgbench": False, "shapes": [1]}  # fmt: skip
+        "concurrency": 32, "async_concurrency": ASYNC_CONCURRENCY, "driver_timeout": 600,
+        "pgbench": True, "pgbench_clients": [1, 8], "pgbench_seconds": 8,
+        "shapes": list(SHAPES), "commit_limit": True,
+        "refund_systems": ["runtime", "runtime_async", "temporal"], "refund_workers": [1, 4, 8],
+        "refund_per_worker": 8, "refund_warmup": 4.0, "refund_window": 8.0,
+        "refund_async_points": [[1, 8], [1, 64]], "parked_runs": 10_000,
+        "parked_timeout": 900.0}  # fmt: skip
+# The smoke covers every row, the async ones included, at small sizes.
+SMOKE = {"systems": ["runtime", "runtime_async", "absurd"], "reps": 1, "seq": 10, "tput": 40,
+         "warmup": 1, "concurrency": 8, "async_concurrency": 64, "driver_timeout": 120,
+         "pgbench": False, "shapes": list(SHAPES), "refund_systems": ["runtime", "runtime_async"],
+         "refund_workers": [], "refund_per_worker": 4, "refund_warmup": 1.0,
+         "refund_window": 2.0, "refund_async_points": [[1, 4]], "parked_runs": 300,
+         "parked_timeout": 120.0, "parked_lease_ttl": 1.0}  # fmt: skip
+
+
+def parse_shapes(text: str) -> list[int | str]:
+    """--shapes: a comma list of 1, 2 and parked."""
+    out: list[int | str] = []
+    for x in (x.strip() for x in text.split(",") if x.strip()):
+        shape = int(x) if x.isdigit() else x
+        if shape not in SHAPES:
+            raise SystemExit(f"--shapes: {x!r} is not one of {', '.join(map(str, SHAPES))}")
+        out.append(shape)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1747,9 +2197,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ap = argparse.ArgumentParser(prog="python -m prove.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="about 10 s; writes nothing to results/")
-    ap.add_argument("--systems", default=None, help="comma list (default: all four)")
+    ap.add_argument("--systems", default=None,
+                    help=f"comma list of {', '.join(SYSTEMS)} (default: all); shape 2 runs the "
+                         "ones it knows (runtime, runtime_async, temporal), and runtime_async's "
+                         "refund points run with the sync worker's beside them for the ratio")  # fmt: skip
     ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--shapes", default=None, help="comma list of shapes to run (1, 2)")
+    ap.add_argument("--shapes", default=None,
+                    help="comma list of 1 (one step), 2 (refund), parked (runs parked on a "
+                         "signal in one asyncio worker); default all")  # fmt: skip
     ap.add_argument("--json", default=None, help="write the report JSON here (smoke or not)")
     ap.add_argument("--name", default="bench",
                     help="results/NAME.md and .json (default bench; another name writes no plots, "
@@ -1762,10 +2217,14 @@ def main(argv: list[str] | None = None) -> int:
             cfg[key] = [int(x) for x in env.split(",")] if key == "refund_workers" else float(env)
     if args.systems:
         cfg["systems"] = [s for s in args.systems.split(",") if s]
+        unknown = set(cfg["systems"]) - set(SYSTEMS)
+        if unknown:
+            raise SystemExit(f"--systems: unknown {', '.join(sorted(unknown))}")
+        cfg["refund_systems"] = [s for s in cfg.get("refund_systems", []) if s in cfg["systems"]]
     if args.reps:
         cfg["reps"] = args.reps
     if args.shapes:
-        cfg["shapes"] = [int(x) for x in args.shapes.split(",") if x]
+        cfg["shapes"] = parse_shapes(args.shapes)
     report = run_bench(cfg)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))

@@ -41,7 +41,7 @@ def test_smoke_measures_runtime_and_a_peer(tmp_path):
     summary = report["shape1"]["summary"]
     assert summary["runtime"]["completed"] > 0, summary["runtime"]
     assert summary["runtime"]["seq_p50_ms"]["median"] >= bench.STEP_MS  # the step really slept
-    peers = [s for s in summary if s != "runtime" and summary[s]["completed"] > 0]
+    peers = [s for s in summary if s not in bench.RUNTIMES and summary[s]["completed"] > 0]
     assert peers, summary
     assert report["postgres"]["fsync"] == "on"
     cost = report["shape1"]["reps"][0]["runtime"]["cost"]
@@ -61,6 +61,75 @@ def test_smoke_measures_runtime_and_a_peer(tmp_path):
     assert md.index("Re-run rule") < md.index("| system | p50 ms")  # the rule before the tables
     after = {p.name: p.stat().st_mtime for p in results.glob("bench*")} if results.exists() else {}
     assert after == before, "the smoke must not write into results/"
+    check_async_rows(report, md)
+
+
+def check_async_rows(report: dict, md: str) -> None:
+    """Issue 23's rows, as the smoke ran them: the asyncio worker in shape 1 and shape 2 (with
+    its ratio to the sync worker), and runs parked on a signal in one asyncio worker."""
+    one = report["shape1"]["summary"]["runtime_async"]
+    assert one["completed"] > 0 and one["seq_p50_ms"]["median"] >= bench.STEP_MS, one
+    assert one["engine_cpu_s_per_1k"]["median"] > 0, one
+    assert len(report["shape1"]["async_vs_sync"]["tput_ratios"]) == 1
+    reps = report["shape1"]["reps"][0]  # the asyncio worker's loop reported its lag as it stopped
+    assert reps["runtime_async"]["loop_lag_max_s"] >= 0 and "loop_lag_max_s" not in reps["runtime"]
+    s2 = report["shape2"]
+    for key in ("runtime@1", "runtime_async@1"):  # the smoke's 4 clients are its standard load
+        pts = [p for p in s2["points"] if p["key"] == key]
+        assert len(pts) == 1 and "error" not in pts[0], pts
+        assert pts[0]["completed"] > 0 and pts[0]["outcomes"] == ["COMMITTED"], pts[0]
+        assert pts[0]["engine_cpu_per_1k"]["engine"] > 0, pts[0]
+    pair = s2["async_vs_sync"]["1x4"]
+    (rep,) = pair["per_rep"]
+    assert rep["ratio"] == pytest.approx(
+        rep["async_wf_s_per_process"] / rep["sync_wf_s_per_process"]
+    )
+    pk = report["parked"]
+    (p,) = pk["points"]
+    assert "error" not in p, p
+    assert p["runs"] == pk["runs"] == 300 and p["park_s"] > 0 and p["finish_s"] > 0, p
+    for stage in ("before", "parked", "after"):
+        assert p[stage]["rss_kib"] > 10_000 and p[stage]["threads"] >= 3, p
+    assert p["rss_per_parked_run_bytes"] == pytest.approx(
+        (p["parked"]["rss_kib"] - p["before"]["rss_kib"]) * 1024 / 300)  # fmt: skip
+    assert set(p["heartbeats"]) == {"park", "finish"}, p
+    # The rules come before the data they judge, and the target is judged.
+    rule = md.index("### The asyncio worker against the sync worker")
+    assert rule < md.index("| W x C | asyncio wf/s per process", rule)
+    assert md.index("## Parked:") < md.index("| rep | RSS before MiB")
+    assert "refund: the asyncio worker's workflows/s per worker process >= 3x" in md
+
+
+def test_heartbeat_gaps_of_busy_windows_only():
+    """The first renewal of a busy window spans the idle time before it: left out; renewals
+    outside every window and those without a gap are not counted."""
+    ev = [{"event": "heartbeat", "ts": 1.0, "gap": None},
+          {"event": "heartbeat", "ts": 2.0, "gap": 1.0},
+          {"event": "heartbeat", "ts": 9.0, "gap": 7.0},  # the first after an idle stretch
+          {"event": "heartbeat", "ts": 9.5, "gap": 0.5},
+          {"event": "claimed", "ts": 9.6, "gap": 3.0},
+          {"event": "heartbeat", "ts": 10.2, "gap": 0.7},
+          {"event": "heartbeat", "ts": 30.0, "gap": 19.8}]  # fmt: skip
+    got = bench.busy_gaps(ev, {"park": [0.5, 2.5], "finish": [8.5, 11.0]})
+    assert got == {"park": [1.0], "finish": [0.5, 0.7]}
+    assert bench.busy_gaps(ev, {"none": [40.0, 50.0]}) == {"none": []}
+
+
+def test_refund_plan_pairs_the_async_worker_with_the_sync_one():
+    cfg = {"refund_systems": ["runtime", "runtime_async", "temporal"], "refund_workers": [1, 4],
+           "refund_per_worker": 8, "refund_async_points": [[1, 8], [1, 64]]}  # fmt: skip
+    assert bench.refund_plan(cfg) == [
+        ("temporal", 1, 8), ("runtime", 4, 8), ("temporal", 4, 8),
+        ("runtime", 1, 8), ("runtime_async", 1, 8),  # runtime@1 moved beside its partner
+        ("runtime", 1, 64), ("runtime_async", 1, 64)]  # fmt: skip
+    no_async = dict(cfg, refund_systems=["runtime", "temporal"])
+    assert bench.refund_plan(no_async) == [("runtime", 1, 8), ("temporal", 1, 8),
+                                           ("runtime", 4, 8), ("temporal", 4, 8)]  # fmt: skip
+    assert bench.point_key("runtime_async", 1, 64, cfg) == "runtime_async@1x64"
+    assert bench.point_key("runtime", 4, 8, cfg) == "runtime@4"
+    assert bench.parse_shapes("1,parked") == [1, "parked"]
+    with pytest.raises(SystemExit):
+        bench.parse_shapes("3")
 
 
 def test_plots_are_drawn_from_the_report_json(tmp_path) -> None:

@@ -1,0 +1,83 @@
+"""The runtime's `async def` workflows for `python -m prove.bench` (served by real asyncio worker
+subprocesses, docs/async.md): the async rows of the benchmark.
+
+Shape 1, "one step": one durable step, an `async def` that awaits asyncio.sleep(ms / 1000)
+(20 ms in the benchmark): a coroutine on the worker's loop while it sleeps, not a thread.
+Shape 2, "refund": the same records as prove/bench_flows.py's bench_refund (a step "load", a
+decide "pick_amount", a tier-1 effect "refund:{id}" under the case's standing grant with the
+decision's premises), with the model call through `anthropic.AsyncAnthropic` awaited on the
+loop (the EMULATED model stub answers).
+"parked": a run that waits for its signal "go" and returns its payload: parked, it is a row.
+
+Apart from prove/bench_flows.py because a worker serves either plain or async workflows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import anthropic
+
+from interlock_runtime import workflow
+from world import refund_agent
+from world.model_stub import MODEL
+
+
+async def sleep_ms(ms: float) -> str:
+    await asyncio.sleep(ms / 1000.0)
+    return "ok"
+
+
+@workflow(name="bench_one_step_async", version="1")
+async def bench_one_step_async(ctx, inp):
+    return await ctx.step("sleep", sleep_ms, float(inp.get("ms", 20)))
+
+
+async def load_case(case: dict) -> dict:
+    return {"case": case["id"], "payment": case["payment"]}
+
+
+# One client per process and base URL (the worker's one event loop holds its pool), as the sync
+# harness keeps one anthropic.Anthropic per process (world.model_stub._client).
+_CLIENTS: dict[str, anthropic.AsyncAnthropic] = {}
+
+
+async def ask_model(request: dict) -> dict:
+    """The refund amount through the async anthropic SDK: the request world.model_stub's
+    decide_amount sends, the same parsed answer (EMULATED: the stub answers)."""
+    url = request["model_url"]
+    client = _CLIENTS.get(url)
+    if client is None:
+        client = _CLIENTS[url] = anthropic.AsyncAnthropic(base_url=url, api_key="emulated",
+                                                          timeout=10.0, max_retries=0)  # fmt: skip
+    facts = {"case": request["case"], "payment": request["payment"]}
+    prompt = ("Decide the refund amount in cents for this support case. "
+              'Answer with JSON only: {"amount": <cents>}.\n' + json.dumps(facts, sort_keys=True))  # fmt: skip
+    msg = await client.messages.create(model=MODEL, max_tokens=64,
+                                       messages=[{"role": "user", "content": prompt}])  # fmt: skip
+    amount = json.loads("".join(getattr(b, "text", "") for b in msg.content))["amount"]
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise ValueError(f"the model's amount is not an integer: {amount!r}")
+    return {"amount": amount, "model": msg.model, "id": msg.id,
+            "usage": {"input_tokens": msg.usage.input_tokens,
+                      "output_tokens": msg.usage.output_tokens}}  # fmt: skip
+
+
+@workflow(name="bench_refund_async", version="1")
+async def bench_refund_async(ctx, case):
+    """load, decide, refund under the case's standing grant (no approval)."""
+    target = refund_agent.refund_target({**case, "tier": 1}, send_timeout=5.0)
+    loaded = await ctx.step("load", load_case, case)
+    request = {"case": loaded["case"], "payment": loaded["payment"], "model_url": case["model_url"]}
+    decision = await ctx.decide(refund_agent.DECIDE_STEP, ask_model, request,
+                                premises=target.capture)  # fmt: skip
+    r = await ctx.effect(target, key=f"refund:{case['id']}",
+                         payload=refund_agent.payload_for(case, decision.output["amount"]),
+                         premises=decision.premises, grant=case["grant"], decision=decision.ref)  # fmt: skip
+    return {"status": r.status, "effect_id": r.effect_id}
+
+
+@workflow(name="bench_parked", version="1")
+async def bench_parked(ctx, inp):
+    return await ctx.wait_signal("go")
