@@ -4,11 +4,18 @@ Each source drives real worker subprocesses (runtime/tests/flows.py) against a f
 and the real local target, with real SIGKILL and SIGSTOP, then returns everything the run left
 behind: the database, the target ledgers and access logs, and the worker event logs. The
 Prove harness adds its own runs as another source.
+
+A source runs in a mode (conformance/conftest.py MODES): "sync", the plain workflows on the
+plain worker, or "async", their `async def` twins (conformance/source_flows_async.py: the same
+names, steps and bodies) on the asyncio worker. The script, the faults and what it expects at
+the end are the same.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -17,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from conformance.conftest import REPO as ROOT
+from conformance.conftest import mode_args
 from conformance.invariants import record_revoke, target_config
 from interlock_runtime import Runtime, testing
 from interlock_runtime.testing import WorkerProcess, wait_for
@@ -40,6 +49,15 @@ def _flows() -> ModuleType:
 
 
 flows = _flows()
+
+
+def flows_for(mode: str) -> ModuleType:
+    """The workflows of a mode: runtime/tests/flows.py, or their async twins."""
+    if mode == "sync":
+        return flows
+    mode_args(mode)  # a known mode
+    return importlib.import_module("conformance.source_flows_async")
+
 
 PAYMENT = "pay_881"
 
@@ -70,12 +88,16 @@ class RunRecord:
 
 
 class _Session:
-    def __init__(self, record: RunRecord, log_dir: Path, stack: ExitStack):
-        self.record, self.log_dir, self.stack = record, log_dir, stack
+    def __init__(self, record: RunRecord, log_dir: Path, stack: ExitStack, mode: str = "sync"):
+        self.record, self.log_dir, self.stack, self.mode = record, log_dir, stack, mode
+        self.flows = flows_for(mode)
 
     def worker(self, worker_id: str, **kwargs) -> WorkerProcess:
         kwargs.setdefault("lease_ttl", 1.5)
-        w = WorkerProcess(self.record.dsn, worker_id, self.log_dir, "flows", pythonpath=str(FLOWS),
+        kwargs["extra_args"] = mode_args(self.mode) + tuple(kwargs.get("extra_args", ()))
+        module = "flows" if self.mode == "sync" else "conformance.source_flows_async"
+        path = str(FLOWS) if self.mode == "sync" else os.pathsep.join((str(ROOT), str(FLOWS)))
+        w = WorkerProcess(self.record.dsn, worker_id, self.log_dir, module, pythonpath=path,
                           cwd=str(FLOWS), **kwargs)  # fmt: skip
         self.stack.callback(w.close)
         self.record.workers.append(w)
@@ -103,13 +125,13 @@ def durable_source(s: _Session, rt: Runtime) -> None:
     def log(wf: str) -> str:  # one invocation log per workflow: bodies sleep on first call only
         return str(s.log_dir / f"{wf}.inv.jsonl")
 
-    rt.start(flows.three_steps, "d-kill", {"log": log("d-kill"), "sleep": {"s2": 30}})
-    rt.start(flows.waiter, "d-sig", {"timeout": 0.5})
+    rt.start(s.flows.three_steps, "d-kill", {"log": log("d-kill"), "sleep": {"s2": 30}})
+    rt.start(s.flows.waiter, "d-sig", {"timeout": 0.5})
     rt.signal("d-sig", "go", {"n": 1})
     rt.signal("d-sig", "go", {"n": 2})
-    rt.start(flows.sleeper, "d-timer", {"log": log("d-timer"), "seconds": 1})
-    rt.start(flows.counter, "d-count", {"n": 0, "until": 3})
-    rt.start(flows.forkable, "d-fork", {"log": log("d-fork")})
+    rt.start(s.flows.sleeper, "d-timer", {"log": log("d-timer"), "seconds": 1})
+    rt.start(s.flows.counter, "d-count", {"n": 0, "until": 3})
+    rt.start(s.flows.forkable, "d-fork", {"log": log("d-fork")})
     a = s.worker("A")
     wait_for(lambda: any(e.get("event") == "step_started" and e.get("wf") == "d-kill"
                          and e.get("seq") == 2 for e in a.events()), 30, "d-kill s2")  # fmt: skip
@@ -118,7 +140,7 @@ def durable_source(s: _Session, rt: Runtime) -> None:
     # Z serves d-zombie alone: it is SIGSTOPped at a moment nobody chooses, and a pause inside
     # another run it held (between its local lease check and a step body) would lift A1 there.
     z = s.worker("Z", lease_ttl=1.5, extra_args=("--only", "zombie_steps@1"))
-    rt.start(flows.zombie_steps, "d-zombie", {"log": log("d-zombie"), "sleep": {"s1": 4}})
+    rt.start(s.flows.zombie_steps, "d-zombie", {"log": log("d-zombie"), "sleep": {"s1": 4}})
     wait_for(lambda: any(e.get("wf") == "d-zombie" and e.get("event") == "step_started"
                          for e in z.events()), 30, "d-zombie s1")  # fmt: skip
     z.signal(signal.SIGSTOP)
@@ -149,13 +171,13 @@ def effects_source(s: _Session, rt: Runtime) -> None:
 
     dying = s.worker("K1", env={"ILR_KILL_AT": "effect_after_send"}, concurrency=1)
     for tier in (1, 2, 3):
-        rt.start(flows.refund, f"e-s01-t{tier}", case(tier, f"s01-t{tier}"))
+        rt.start(s.flows.refund, f"e-s01-t{tier}", case(tier, f"s01-t{tier}"))
         if tier == 1:
             _approve(rt, "e-s01-t1")
             dying.proc.wait(30)
     s.worker("K2", env={"ILR_KILL_AT": "effect_after_dispatch"}, concurrency=1)
-    rt.start(flows.refund, "e-s02", case(2, "s02", outage))
-    rt.start(flows.refund, "e-s03", case(1, "s03"))
+    rt.start(s.flows.refund, "e-s02", case(2, "s02", outage))
+    rt.start(s.flows.refund, "e-s03", case(1, "s03"))
     k2 = s.record.workers[-1]
     _approve(rt, "e-s02")
     k2.proc.wait(30)
@@ -169,7 +191,7 @@ def effects_source(s: _Session, rt: Runtime) -> None:
         _approve(rt, f"e-s01-t{tier}")
     grant = rt.grant("agent", "refund", by="policy")
     rt.start(
-        flows.cancel_then_refund, "e-cancel", case(1, "cx", payload={"amount": 500}, grant=grant)
+        s.flows.cancel_then_refund, "e-cancel", case(1, "cx", payload={"amount": 500}, grant=grant)
     )
     wait_for(lambda: rt.describe("e-cancel")["status"] == "sleeping", 30, "e-cancel to wait")
     rt.cancel("e-cancel", by="ops")
@@ -189,11 +211,13 @@ SOURCES: dict[str, Callable[[_Session, Runtime], None]] = {
 
 
 @contextmanager
-def run_source(name: str, admin: str, template: str, log_dir: Path) -> Iterator[RunRecord]:
-    """Run one source in a fresh database; yield its record while everything is still up."""
+def run_source(name: str, admin: str, template: str, log_dir: Path,
+               mode: str = "sync") -> Iterator[RunRecord]:  # fmt: skip
+    """Run one source in a fresh database, its workflows in `mode`; yield its record while
+    everything is still up."""
     with testing.fresh_database(admin, template) as dsn, ExitStack() as stack:
         record = RunRecord(dsn)
-        session = _Session(record, log_dir, stack)
+        session = _Session(record, log_dir, stack, mode)
         with Runtime(dsn) as rt:
             SOURCES[name](session, rt)
         yield record
