@@ -1237,6 +1237,8 @@ def proc_status(pid: int) -> dict | None:
     except OSError:
         return None
     f = dict(line.split(":", 1) for line in lines if ":" in line)
+    if "VmRSS" not in f:  # exiting: its memory is already gone
+        return None
     return {"rss_kib": int(f["VmRSS"].split()[0]), "threads": int(f["Threads"])}
 
 

@@ -3,10 +3,10 @@ subprocesses, docs/async.md): the async rows of the benchmark.
 
 Shape 1, "one step": one durable step, an `async def` that awaits asyncio.sleep(ms / 1000)
 (20 ms in the benchmark): a coroutine on the worker's loop while it sleeps, not a thread.
-Shape 2, "refund": the same records as prove/bench_flows.py's bench_refund (a step "load", a
-decide "pick_amount", a tier-1 effect "refund:{id}" under the case's standing grant with the
-decision's premises), with the model call through `anthropic.AsyncAnthropic` awaited on the
-loop (the EMULATED model stub answers).
+Shape 2, "refund": prove/bench_flows.py's bench_refund as a coroutine (a step "load", then the
+shared refund body: a decide, a tier-1 effect "refund:{id}" under the case's standing grant),
+with the model call through `anthropic.AsyncAnthropic` awaited on the loop (the EMULATED model
+stub answers).
 "parked": a run that waits for its signal "go" and returns its payload: parked, it is a row.
 
 Apart from prove/bench_flows.py because a worker serves either plain or async workflows.
@@ -66,15 +66,13 @@ async def ask_model(request: dict) -> dict:
 
 @workflow(name="bench_refund_async", version="1")
 async def bench_refund_async(ctx, case):
-    """load, decide, refund under the case's standing grant (no approval)."""
+    """load, then the shared refund body (world/refund_agent.py, driven by run_refund_async: the
+    same steps at the same places as bench_refund's) under the case's standing grant."""
     target = refund_agent.refund_target({**case, "tier": 1}, send_timeout=5.0)
     loaded = await ctx.step("load", load_case, case)
     request = {"case": loaded["case"], "payment": loaded["payment"], "model_url": case["model_url"]}
-    decision = await ctx.decide(refund_agent.DECIDE_STEP, ask_model, request,
-                                premises=target.capture)  # fmt: skip
-    r = await ctx.effect(target, key=f"refund:{case['id']}",
-                         payload=refund_agent.payload_for(case, decision.output["amount"]),
-                         premises=decision.premises, grant=case["grant"], decision=decision.ref)  # fmt: skip
+    _, r = await refund_agent.run_refund_async(ctx, case, target=target, decide=ask_model,
+                                               request=request, authority="grant")  # fmt: skip
     return {"status": r.status, "effect_id": r.effect_id}
 
 
