@@ -1,7 +1,8 @@
 """`make prove`: run the Prove sweep over scenarios/ and write results/runtime_prove.{md,json}.
 
     python -m prove [--quick | --full] [--scenarios S01,S02] [--seeds N]
-                    [--systems runtime,temporal_idem,temporal_check] [--tiers 1,2,3]
+                    [--systems runtime,runtime_async,temporal_idem,temporal_check]
+                    [--tiers 1,2,3]
                     [--jobs 6] [--resume] [--no-report] [--no-stripe]
                     [--crash-plans seeded|instrumented|external]
                     [--scenario-dir DIR] [--runs-dir DIR] [--temporal-port N] [--no-zygote]
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from prove import report, runner
 from prove.lateness import LatenessMonitor
-from prove.scenario import SYSTEMS, ScenarioError, load_all
+from prove.scenario import FAMILY, SYSTEMS, ScenarioError, load_all
 from prove.zygote import Zygote
 
 # The default sweep keeps each cell to one fault plan (a cell mixing instrumented and random
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         print("prove: the filters leave no run to do", file=sys.stderr)
         return 2
-    need_temporal = any(item[2] != "runtime" for item in runs)
+    need_temporal = any(FAMILY[item[2]] != "runtime" for item in runs)
     out_dir = Path(args.runs_dir) if args.runs_dir else runner.DATA / "runs"
 
     t0 = time.time()

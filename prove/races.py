@@ -51,6 +51,7 @@ from psycopg.rows import dict_row
 
 from prove import driver
 from prove.driver import DriverRun
+from prove.scenario import FAMILY
 
 AMOUNT = 2000
 PAID = 10000
@@ -149,7 +150,7 @@ class _Bench:
         from world.target import Target
 
         self.dr = dr
-        self.family = "runtime" if dr.system == "runtime" else "temporal"
+        self.family = FAMILY[dr.system]  # runtime_async is the runtime family
         self.target = Target(dr.tier, db=str(dr.dir / "ledger.sqlite"),
                              delay_ms=target_delay_ms).start()  # fmt: skip
         dr.stack.callback(self.target.close)
@@ -193,13 +194,11 @@ class _Bench:
     def start(self, c: dict) -> None:
         t = self.dr.timing
         if self.family == "runtime":
-            from prove.flows import prove_refund
-
             case = {"id": c["case"], "target_url": self.target.url, "payment": c["payment"],
                     "tier": self.dr.tier, "model_url": self.stub.url,
                     "send_timeout": t["send_timeout"], "settle_margin": t["settle_margin"],
                     "sleep_seconds": t["sleep_seconds"], "approval_timeout": APPROVAL_TIMEOUT}  # fmt: skip
-            self.sys.rt.start(prove_refund, c["wf"], case)
+            self.sys.rt.start(self.sys.flow, c["wf"], case)  # prove_refund or its async twin
         else:
             self.sys.client.start_refund(c["wf"], self.sys.task_queue, case=c["case"],
                                          payment=c["payment"],

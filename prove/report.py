@@ -28,8 +28,10 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
 COUNTERS = ("duplicate_applications", "wrong_amount", "sent_under_revoked_grant",
             "sent_on_changed_premise", "blocked_never_sent")  # fmt: skip
-LABEL = {"runtime": "runtime", "temporal_idem": "(a) temporal_idem",
-         "temporal_check": "(b) temporal_check"}  # fmt: skip
+LABEL = {"runtime": "runtime", "runtime_async": "runtime (async)",
+         "temporal_idem": "(a) temporal_idem", "temporal_check": "(b) temporal_check"}  # fmt: skip
+# The systems of the Stripe table (runtime_async runs the local target only).
+STRIPE_SYSTEMS = tuple(m for m in SYSTEMS if m != "runtime_async")
 
 EMULATED = [
     "EMULATED model variance: world/model_stub.py serves the Anthropic Messages API shape; both "
@@ -421,8 +423,8 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
     stripe_rows = []
     for sid, tier, variant in sorted({(c["scenario"], c["tier"], c["variant"])
                                       for c in stripe_cells}):  # fmt: skip
-        trio = [sidx.get((sid, variant, m, tier)) for m in SYSTEMS]
-        pairs = [(m, c) for m, c in zip(SYSTEMS, trio, strict=True) if c]
+        trio = [sidx.get((sid, variant, m, tier)) for m in STRIPE_SYSTEMS]
+        pairs = [(m, c) for m, c in zip(STRIPE_SYSTEMS, trio, strict=True) if c]
         stripe_rows.append([
             sid, str(tier), *(_cellstr(c) for c in trio),
             "; ".join(f"{LABEL[m]}: {_observed(c)}" for m, c in pairs),
@@ -568,7 +570,10 @@ def _p(values: list[float], q: float) -> str:
 def latency_lines(cells: list[dict]) -> list[str]:
     """No-fault latency (S00) and the fault-run latencies: resume after restart, timer
     lateness (S10), signal wake after an outage (S11), per system."""
-    out = ["| measure | runtime | (a) temporal_idem | (b) temporal_check |", "|---|---|---|---|"]
+    out = [
+        "| measure | " + " | ".join(LABEL[m] for m in SYSTEMS) + " |",
+        "|---|" + "---|" * len(SYSTEMS),
+    ]
 
     def row(label: str, pick) -> None:  # noqa: ANN001 - a small local helper
         vals = []
@@ -667,7 +672,8 @@ def plot_correct(cells: list[dict], path: Path) -> str | None:
     rows = sorted({(c["scenario"], c["tier"], c["variant"]) for c in local})
     ypos = {r: i for i, r in enumerate(rows)}
     fig, ax = plt.subplots(figsize=(8, 0.28 * len(rows) + 1.5))
-    colors = {"runtime": "#1f6f43", "temporal_idem": "#2a5d9f", "temporal_check": "#c07a16"}
+    colors = {"runtime": "#1f6f43", "runtime_async": "#6fbf73", "temporal_idem": "#2a5d9f",
+              "temporal_check": "#c07a16"}  # fmt: skip
     for j, system in enumerate(SYSTEMS):
         pts = [c for c in local if c["system"] == system]
         ys = [ypos[(c["scenario"], c["tier"], c["variant"])] + (j - 1) * 0.25 for c in pts]

@@ -122,6 +122,8 @@ class RuntimeSystem:
     """interlock_runtime: prove.flows.prove_refund on real worker subprocesses."""
 
     family = "runtime"
+    flow_name = "prove_refund"  # the workflow of prove.flows this system runs
+    worker_args: tuple[str, ...] = ()
 
     def __init__(self, run: Run) -> None:
         from interlock_runtime import Runtime
@@ -148,8 +150,10 @@ class RuntimeSystem:
         if via_proxy:  # this worker's Postgres sessions go through the run's fault proxy
             dsn = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1",
                                                  port=str(self.run.proxy_for(self.pg_address())))  # fmt: skip
+        only = () if self.run.api == "stripe" else ("--only", f"{self.flow_name}@1")
         w = WorkerProcess(dsn, wid, self.run.dir, self.module, pythonpath=str(REPO),
                           lease_ttl=t["lease_ttl"], poll=t["poll"], env=env, cwd=str(REPO),
+                          extra_args=(*self.worker_args, *only),
                           popen=spawner(self.run.services))  # fmt: skip
         w.kill_at = kill_at
         self.run.stack.callback(w.close)
@@ -175,12 +179,18 @@ class RuntimeSystem:
         info = psycopg.conninfo.conninfo_to_dict(self.run.dsn)
         return str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432)
 
-    def start(self) -> None:
+    @property
+    def flow(self) -> Any:
         if self.run.api == "stripe":
-            from prove.stripe_flows import stripe_refund as flow
-        else:
-            from prove.flows import prove_refund as flow
-        self.rt.start(flow, self.run.wf_id, self.case())
+            from prove.stripe_flows import stripe_refund
+
+            return stripe_refund
+        import prove.flows
+
+        return getattr(prove.flows, self.flow_name)
+
+    def start(self) -> None:
+        self.rt.start(self.flow, self.run.wf_id, self.case())
 
     def fork(self, approve: int | None) -> dict:
         """rt.fork at the decision's seq (S05): the fork re-decides and runs the rest; the
@@ -227,10 +237,8 @@ class RuntimeSystem:
 
     def duplicate_start(self) -> dict:
         """The same workflow id started again (a client retry): must not run a second copy."""
-        from prove.flows import prove_refund
-
         try:
-            out = self.rt.start(prove_refund, self.run.wf_id, self.case())
+            out = self.rt.start(self.flow, self.run.wf_id, self.case())
             return {"accepted": True, "returned": _jsonable(out)}
         except Exception as e:  # noqa: BLE001 - the refusal is the measurement
             return {"accepted": False, "refused": f"{type(e).__name__}: {e}"}
@@ -488,8 +496,23 @@ def start_ready_process(cmd: list[str], env: dict, stderr_path: Path, stack: Exi
         raise RunnerError(f"{what} never got ready:\n{tail}") from None
 
 
+class AsyncRuntimeSystem(RuntimeSystem):
+    """interlock_runtime with an `async def` workflow: prove.flows.prove_refund_async (the same
+    body and steps as prove_refund) on asyncio workers (`interlock worker --async`). Everything
+    the harness does to it, and everything it reads back, is RuntimeSystem's."""
+
+    flow_name = "prove_refund_async"
+    worker_args = ("--async",)
+
+    def __init__(self, run: Run) -> None:
+        if run.api == "stripe":
+            raise RunnerError("runtime_async runs the local target only (no Stripe flow twin)")
+        super().__init__(run)
+
+
 SYSTEMS: dict[str, Callable[[Run], Any]] = {
     "runtime": RuntimeSystem,
+    "runtime_async": AsyncRuntimeSystem,
     "temporal_idem": TemporalSystem,
     "temporal_check": TemporalSystem,
 }
@@ -1267,7 +1290,8 @@ def plan(scns: list[Scenario], seeds: int | None, size: str, systems: list[str] 
                 continue
             n = seeds or scn.runs_per_cell(scn.variant(vname), size)
             for api in apis:
-                if api == "stripe" and not (scn.id in STRIPE_SCENARIOS and tier == 1):
+                if api == "stripe" and not (scn.id in STRIPE_SCENARIOS and tier == 1
+                                            and system != "runtime_async"):  # fmt: skip
                     continue
                 for seed in range(n):
                     out.append((scn, scn.variant(vname), system, tier, seed, api))

@@ -29,8 +29,14 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
 
-SYSTEMS = ("runtime", "temporal_idem", "temporal_check")
-FAMILY = {"runtime": "runtime", "temporal_idem": "temporal", "temporal_check": "temporal"}
+# runtime_async: the runtime with the refund workflow written as an `async def` on asyncio
+# workers (docs/async.md): a mode of the runtime, so its family (kill points, worker counts,
+# per-family timeline values) and its predictions are the runtime's.
+SYSTEMS = ("runtime", "runtime_async", "temporal_idem", "temporal_check")
+FAMILY = {"runtime": "runtime", "runtime_async": "runtime", "temporal_idem": "temporal",
+          "temporal_check": "temporal"}  # fmt: skip
+# A system without prediction rows of its own is predicted as this one: the same guarantees.
+PREDICTED_AS = {"runtime_async": "runtime"}
 
 # Timing constants (docs/design.md#refund-case) and harness sizes; a scenario or variant overrides any of them.
 DEFAULT_TIMING: dict[str, float] = {
@@ -305,8 +311,13 @@ class Scenario:
                 "note": variant.oracle.get("note", "")}  # fmt: skip
 
     def prediction(self, system: str, tier: int, variant: str) -> dict | None:
+        """The predicted outcome of a cell; runtime_async, without rows of its own, takes the
+        runtime's (PREDICTED_AS): an async workflow promises what a plain one does."""
         rows = [p for p in self.predicted if p["system"] == system and p["tier"] == tier
                 and p.get("variant", variant) == variant]  # fmt: skip
+        if not rows and system in PREDICTED_AS and not any(
+                p["system"] == system for p in self.predicted):  # fmt: skip
+            return self.prediction(PREDICTED_AS[system], tier, variant)
         return rows[0] if rows else None
 
     def cells(self) -> list[tuple[str, str, int]]:

@@ -1,5 +1,7 @@
 """Harness smoke tests: one real cell end to end per system (S01 at tier 1, one seed), the same
-cell through the Stripe-compatible subset (EMULATED), a seeded external SIGKILL, and bad input.
+cell through the Stripe-compatible subset (EMULATED), the runtime's async mode (`runtime_async`:
+S01 and the S07 recovery race at tier 1, one seed each), a seeded external SIGKILL, and bad
+input.
 
 Real worker subprocesses, a real SIGKILL (at the kill point, or from the runner at a seeded
 time), a real target and Temporal dev server; the run file must hold what docs/design.md#prove asks for,
@@ -53,7 +55,7 @@ def _check_common(rec: dict, tmp_path) -> None:
 
 def test_one_cell_per_system_and_the_stripe_cell(services, tmp_path) -> None:
     (s01,) = load_all(["S01"])
-    runs = runner.plan([s01], 1, "quick", None, [1])
+    runs = runner.plan([s01], 1, "quick", ["runtime", "temporal_idem", "temporal_check"], [1])
     runs += runner.plan([s01], 1, "quick", ["runtime"], [1], apis=("stripe",))
     assert [(r[2], r[3], r[4], r[5]) for r in runs] == [
         ("runtime", 1, 0, "local"),
@@ -118,6 +120,37 @@ def test_one_cell_per_system_and_the_stripe_cell(services, tmp_path) -> None:
     stripe_section = text.split("## 3. Stripe-compatible (EMULATED)")[1].split("## 4.")[0]
     assert "| S01 | 1 | 100% (1)" in stripe_section and "runtime: 1 in 1 run(s)" in stripe_section
     assert json.loads(js.read_text())["cells"]
+
+
+def test_runtime_async_cells_run_the_async_workflow_on_asyncio_workers(services, tmp_path) -> None:
+    """runtime_async: the same scenarios on the `async def` twin of the refund workflow. S01 (a
+    kill after the send, then every worker down) and S07 (two fresh workers race the recovery)
+    at tier 1: judged by the same oracle and predicted as the runtime; the workers registered
+    only the async workflow (a plain worker refuses it), and the report gives it a column."""
+    s01, s07 = load_all(["S01", "S07"])
+    assert "runtime_async" in s01.systems and "runtime_async" in s07.systems
+    assert s01.prediction("runtime_async", 1, "base") == s01.prediction("runtime", 1, "base")
+    runs = runner.plan([s01, s07], 1, "quick", ["runtime_async"], [1], stripe=True)
+    assert [(r[0].id, r[2], r[5]) for r in runs] == [("S01", "runtime_async", "local"),
+                                                     ("S07", "runtime_async", "local")]  # fmt: skip
+    results = runner.sweep(services, runs, tmp_path, jobs=2, progress=lambda _: None)
+    by = {r["identity"]["scenario"]: r for r in results}
+    for sid, rec in by.items():
+        _check_common(rec, tmp_path)
+        assert rec["identity"]["system"] == "runtime_async"
+        assert rec["faults"]["crashed_by_kill_point"] is True
+        assert rec["outcome"]["observed"] == "$20 COMMITTED_BY_RETRY", sid
+        assert rec["artifacts"]["invariants"] == {}, sid  # every catalog code check held
+        assert rec["artifacts"]["receipt_verify"]["valid"]
+        logs = sorted((tmp_path / rec["identity"]["run_id"]).glob("W*.events.jsonl"))
+        registered = [json.loads(line)["workflows"] for p in logs
+                      for line in p.read_text().splitlines() if '"registered"' in line]  # fmt: skip
+        assert registered and all(w == ["prove_refund_async@1"] for w in registered), registered
+    md, _ = report.write([s01, s07], results, services.versions, 1.0,
+                         out_dir=tmp_path / "results")  # fmt: skip
+    row = next(line for line in md.read_text().splitlines() if line.startswith("| S01 | 1 |"))
+    cols = [c.strip() for c in row.split("|")]
+    assert cols[4] == "-" and cols[5].startswith("100% (1)"), row  # runtime -, runtime (async)
 
 
 def test_crash_plans_are_seeded_half_external() -> None:
