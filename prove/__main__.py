@@ -5,7 +5,8 @@
                     [--tiers 1,2,3]
                     [--jobs 6] [--resume] [--no-report] [--no-stripe]
                     [--crash-plans seeded|instrumented|external]
-                    [--scenario-dir DIR] [--runs-dir DIR] [--temporal-port N] [--no-zygote]
+                    [--scenario-dir DIR] [--runs-dir DIR] [--results-dir DIR]
+                    [--temporal-port N] [--no-zygote]
 
 With no flags this is the quick sweep (each scenario's `seeds.quick` per cell, plus the Stripe
 table: S01-S03 at tier 1 through the Stripe-compatible subset, EMULATED). `--full` uses the
@@ -79,6 +80,9 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--scenario-dir", default=None, help="read scenarios here (default scenarios/)")
     ap.add_argument("--runs-dir", default=None, help="write run files here (.data/prove/runs)")
+    ap.add_argument("--results-dir", default=None,
+                    help="write the report here instead of results/ (a partial sweep's report "
+                         "must not replace the full one)")  # fmt: skip
     ap.add_argument(
         "--no-zygote",
         action="store_true",
@@ -176,8 +180,9 @@ def main(argv: list[str] | None = None) -> int:
                                progress=lambda line: print(line, flush=True))  # fmt: skip
         wall = time.time() - t0
         if not args.no_report:
+            out = Path(args.results_dir) if args.results_dir else report.RESULTS
             md, js = report.write(scns, results, services.versions, wall, size=size,
-                                  argv=sys.argv[1:] if argv is None else argv)  # fmt: skip
+                                  argv=sys.argv[1:] if argv is None else argv, out_dir=out)  # fmt: skip
             print(f"prove: wrote {md} and {js} ({wall:.0f}s)")
     return 0
 
