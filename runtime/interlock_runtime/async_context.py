@@ -8,8 +8,8 @@ place and b at the next whatever finishes first, and a replay returns each recor
 at its place. The replay cursor, the row checks, the frontier checks (fence, the local lease
 deadline C1, the execution deadline, stopping, cancel) and the step rows are WorkflowContext's
 own (one instance of it serves as the cursor and holds no connection); the writes go through
-async connections lent one transaction at a time; the effect gate runs the sync pipeline,
-unchanged, in a thread.
+async connections lent one transaction at a time; the effect gate is the sync pipeline's
+code, its database parts in threads and its send awaited on the loop (effect_send).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from .context import (
     step_error,
     successor_id,
 )
-from .effects import EffectResult, prepare, run_prepared
+from .effect_send import drive_async
+from .effects import EffectResult, Prepared, gate, prepare, run_prepared
 from .errors import (
     ContinuedAsNew,
     Fenced,
@@ -128,10 +129,12 @@ class AsyncWorkflowContext:
     loop only."""
 
     def __init__(self, run: Run, pool: AsyncPool, steps: list[db.Row], worker_id: str,
-                 stopping: threading.Event, threads: Executor, sync_pool: SyncPool):  # fmt: skip
+                 stopping: threading.Event, threads: Executor, sync_pool: SyncPool,
+                 gate_threads: Executor | None = None):  # fmt: skip
         self._run = run
         self._pool = pool
-        self._threads = threads  # plain step bodies, premise reads and the effect gate
+        self._threads = threads  # plain step bodies and premise readers, plain target reads
+        self._gate = gate_threads or threads  # the effect gate's database parts
         self._sync_pool = sync_pool
         # the replay cursor: WorkflowContext's own checks and rows, no connection of its own
         self._cursor = WorkflowContext(run, cast(db.Conn, None), steps, worker_id, stopping)
@@ -469,40 +472,54 @@ class AsyncWorkflowContext:
                raise_on_refusal: bool = False, action: str | None = None,
                decision: Any = None, postcondition: Any = None) -> Coro:  # fmt: skip
         """`await ctx.effect(...)`: WorkflowContext.effect. The arguments are checked and the
-        call takes its place now; the gate itself (T_dispatch, the watched send with its
-        stopwatch and watchdog, T_commit, recovery) is the sync pipeline, run unchanged in a
-        worker thread on a connection of its own."""
+        call takes its place now. The gate is the sync pipeline's own code (effects.gate),
+        driven from the loop (effect_send.drive_async): its database parts in the worker's
+        gate threads on a connection lent per part, the send awaited on the loop when the
+        target's `apply` is async (a plain one is sent from a thread)."""
         prepared = prepare(target, key, payload, premises, grant, name=name,
                            local_premises=local_premises, action=action,
                            postcondition=postcondition)  # fmt: skip
         seq, row = self._place("effect", prepared.name, prepared.fingerprint)
-        run = functools.partial(self._effect_in_thread, prepared, seq, row,
-                                compensation, raise_on_refusal, decision)  # fmt: skip
-        return self._track(seq, "effect", prepared.name, self._effect(row, run))
+        options = {"compensation": compensation, "raise_on_refusal": raise_on_refusal,
+                   "decision": decision}  # fmt: skip
+        return self._track(seq, "effect", prepared.name,
+                           self._effect(prepared, seq, row, options))  # fmt: skip
 
-    async def _effect(self, row: db.Row | None, run: Callable[[], EffectResult]) -> EffectResult:
-        if row is None:
-            await self._frontier()  # deferred records first: the gate's own frontier finds none
+    async def _effect(self, prepared: Prepared, seq: int, row: db.Row | None,
+                      options: dict[str, Any]) -> EffectResult:  # fmt: skip
+        cursor, run = self._cursor, self._run
+        # a WorkflowContext of this run whose connection is lent per stage: its fenced
+        # writes, frontier and unwinding are the sync gate's, exactly
+        here = WorkflowContext(run, cast(db.Conn, None), [], self.worker_id, cursor._stopping)
+        if row is not None:  # recorded: no I/O
+            return run_prepared(port_of(here), prepared, seq, row, **options)
+        await self._frontier()  # deferred records first: the gate's own frontier finds none
+        here._cancel_delivered = cursor._cancel_delivered
+        loop = asyncio.get_running_loop()
+
+        async def stage(part: Callable[[], Any]) -> Any:
+            def lent() -> Any:
+                with self._sync_pool.connection() as conn:
+                    here._conn = conn
+                    try:
+                        return part()
+                    finally:
+                        here._conn = cast(db.Conn, None)
+
+            return await loop.run_in_executor(self._gate, lent)
+
+        def live() -> bool:  # C1, right before the send
+            return not run.fenced and time.monotonic() < run.local_deadline
+
         context = contextvars.copy_context()
         context.run(WORKFLOW_CODE.set, None)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, context.run, run)
-
-    def _effect_in_thread(self, prepared: Any, seq: int, row: db.Row | None, compensation: bool,
-                          raise_on_refusal: bool, decision: Any) -> EffectResult:  # fmt: skip
-        cursor = self._cursor
-        with self._sync_pool.connection() as conn:
-            # a WorkflowContext of this run on this thread's connection: its fenced writes,
-            # frontier and unwinding are the sync gate's, exactly
-            here = WorkflowContext(self._run, conn, [], self.worker_id, cursor._stopping)
-            here._cancel_delivered = cursor._cancel_delivered
-            try:
-                return run_prepared(port_of(here), prepared, seq, row, compensation=compensation,
-                                    raise_on_refusal=raise_on_refusal, decision=decision)  # fmt: skip
-            finally:
-                cursor._cancel_delivered = here._cancel_delivered
-                if here.unwinding is not None:
-                    cursor._unwinding = here.unwinding
+        try:
+            io = gate(port_of(here), prepared, seq, None, **options)
+            return await drive_async(io, stage, self._threads, live, context)
+        finally:
+            cursor._cancel_delivered = here._cancel_delivered
+            if here.unwinding is not None:
+                cursor._unwinding = here.unwinding
 
     # -- timers and signals -----------------------------------------------------------------
 

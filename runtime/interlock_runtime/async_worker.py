@@ -8,10 +8,12 @@ gap between renewals). A run waiting on a step body, a model call or a target is
 coroutine; a suspended run is a row in the database and costs nothing here.
 
 On the loop: the runs' writes on a few async connections (async_db.AsyncPool), async step
-bodies, and a ticker. Off it: plain step bodies, plain premise readers and the effect gate
-(the sync pipeline, stopwatch, watchdog and C1 check unchanged) in a thread pool; and a
-monitor thread that reports a loop blocked longer than `block_warn` seconds, naming the task
-(a step body's task is named `step <workflow>#<seq> <name>`).
+bodies, the sends of async targets, and a ticker. Off it: plain step bodies and premise
+readers in a thread pool; the effect gate's database parts (the sync pipeline's code,
+effect_send.drive_async) in GATE_THREADS threads; the watchdog of the async sends (one
+thread, effect_send.WATCHDOG); and a monitor thread that reports a loop blocked longer than
+`block_warn` seconds, naming the task (a step body's task is named
+`step <workflow>#<seq> <name>`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import psycopg
 
-from . import async_db, codec, db, timeouts
+from . import async_db, codec, db, effect_send, timeouts
 from .async_context import (
     RUN_TASKS,
     WORKFLOW_CODE,
@@ -95,7 +97,7 @@ class AsyncWorker(Worker):
 
         def context(steps: list[db.Row]) -> AsyncWorkflowContext:
             return AsyncWorkflowContext(run, env.pool, steps, self.worker_id, self.stopping,
-                                        env.threads, env.sync_pool)  # fmt: skip
+                                        env.threads, env.sync_pool, env.gate)  # fmt: skip
 
         if run.execution_deadline is not None and run.claimed_now is not None \
                 and run.claimed_now >= run.execution_deadline:  # fmt: skip
@@ -198,6 +200,9 @@ async def _settle() -> None:
         await asyncio.gather(*left, return_exceptions=True)
 
 
+GATE_THREADS = 4  # threads for the effect gate's database parts (_Loop.gate)
+
+
 class _Loop:
     """The event loop of an AsyncWorker in its own thread, its pools, and the monitor that
     reports a blocked loop. Used as the worker's executor: `with` it, submit runs; leaving
@@ -214,6 +219,9 @@ class _Loop:
         self.sync_pool = async_db.SyncPool(worker.dsn, options=options)
         self.threads = ThreadPoolExecutor(max(4, min(64, worker.concurrency)),
                                           thread_name_prefix="body")  # fmt: skip
+        # the effect gate's database parts (T_dispatch, T_commit, recovery): a few threads,
+        # started with the loop, whatever the number of sends out (those are coroutines)
+        self.gate = ThreadPoolExecutor(GATE_THREADS, thread_name_prefix="gate")
         self.runs: set[concurrent.futures.Future[None]] = set()
         self.tick = time.monotonic()
         self.done = threading.Event()
@@ -221,6 +229,11 @@ class _Loop:
 
     def __enter__(self) -> _Loop:
         guard_wall_clock()
+        effect_send.WATCHDOG.start()  # the async sends' watchdog: one thread for all
+        started = threading.Barrier(GATE_THREADS + 1)
+        for _ in range(GATE_THREADS):  # each waits, so each submit starts a thread
+            self.gate.submit(started.wait, 10)
+        started.wait(10)
         threading.Thread(target=self.loop.run_forever, name="loop", daemon=True).start()
         asyncio.run_coroutine_threadsafe(self._ticker(), self.loop)
         threading.Thread(target=self._monitor, name="loop-monitor", daemon=True).start()
@@ -237,6 +250,7 @@ class _Loop:
         self.done.set()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.threads.shutdown(wait=False)
+        self.gate.shutdown(wait=False)
         self.sync_pool.close()
         emit("loop_lag", worker=self.worker.worker_id, worst=round(self.worst_lag, 4))
 

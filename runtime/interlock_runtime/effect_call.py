@@ -62,9 +62,19 @@ class EffectCall:
         )
         self.postcondition = postcondition
         self.records_step = records_step
-        self.conn = port.conn
-        self.breaker = Breaker(self.conn, spec)
+        self._breaker = Breaker(port.conn, spec)
         self.why_suspended = ""
+
+    @property
+    def conn(self) -> db.Conn:
+        """The run's connection now: the asyncio worker lends the run one per stage of the
+        gate (none is held while a send is out)."""
+        return self.port.conn
+
+    @property
+    def breaker(self) -> Breaker:
+        self._breaker.conn = self.port.conn
+        return self._breaker
 
     # -- the effects row and its chain --------------------------------------------------------
 

@@ -5,41 +5,43 @@ the settle audit."""
 
 from __future__ import annotations
 
-import time
 from typing import Any, NoReturn
 
 from . import db, killpoints
 from .effect_call import EffectCall
 from .effect_postconditions import post_failed, post_holds
 from .effect_results import EffectResult
-from .effect_send import NOT_SENT, watched_apply
+from .effect_send import NOT_LIVE, NOT_SENT, Io, Pause, Send, target_read
 from .errors import Fenced, TargetRejected
 from .events import emit
 from .telemetry import COMMIT, effect_stage
 
 
 def send_and_commit(call: EffectCall, t0: float, via: str | None,
-                    rechecked: Any = None) -> EffectResult:  # fmt: skip
+                    rechecked: Any = None) -> Io[EffectResult]:  # fmt: skip
     """Send (the first send when via is None, else a resend decided by T_resolve) and record
-    the outcome. `t0` is when the send's stopwatch started."""
+    the outcome. `t0` is when the send's stopwatch started. The send is this module's one
+    request to the driver (effect_send): the watched send, inline or awaited."""
     after_send = "effect_after_send" if via is None else "resolve_after_send"
     try:
-        result = watched_apply(call, t0)
+        result = yield Send(call, t0)
     except TargetRejected as exc:
         killpoints.hit(after_send)
         call.breaker.count(failed=True)
-        return _definite_failure(call, exc, rechecked)
+        return (yield from _definite_failure(call, exc, rechecked))
     except Exception as exc:  # noqa: BLE001 - unknown outcome: leave it dispatched
         killpoints.hit(after_send)
         call.breaker.count(failed=True)
         return _leave_open(call, f"send failed without a definite answer ({type(exc).__name__})")
     if result is NOT_SENT:
         return _leave_open(call, "not sent: send budget below the minimum")
+    if result is NOT_LIVE:
+        return _leave_open(call, "not sent: the local lease deadline passed before the send")
     killpoints.hit(after_send)
     call.breaker.count(failed=False)
     result = db.json_value(result, "the target's response")
     fields: dict[str, Any] = {"result": result}
-    holds, detail = post_holds(call, call.payload)
+    holds, detail = yield from post_holds(call, call.payload)
     if holds is False:
         return post_failed(call, detail, result)
     if holds:
@@ -53,7 +55,7 @@ def send_and_commit(call: EffectCall, t0: float, via: str | None,
         outcome = _t_commit(call, status, fields)
     finally:  # also when the claim was lost meanwhile (the late path committed or kept it)
         if via == "recovery-reapply":
-            _settle_audit(call)
+            yield from _settle_audit(call)
     killpoints.hit("effect_after_commit")
     return outcome
 
@@ -113,10 +115,12 @@ def _late_result(call: EffectCall, result: Any, fields: dict[str, Any] | None = 
         call.conn.execute(db.query("set_late_result"), {"eid": call.eid, "late": db.jsonb(late)})
 
 
-def _definite_failure(call: EffectCall, exc: TargetRejected, rechecked: Any) -> EffectResult:
+def _definite_failure(call: EffectCall, exc: TargetRejected, rechecked: Any) -> Io[EffectResult]:
     """docs/design.md#gated-effects (g): a definite failure. Landed anyway (queryable and found): committed;
     otherwise a resolving REFUSED returns the effect to proposed."""
-    found = call.target.query(call.eid, call.payload) if call.spec.queryable else None
+    found = None
+    if call.spec.queryable:
+        found = yield from target_read(call.target.query, call.eid, call.payload)
     with call.port.fenced_write() as fence:
         eff = call.lock_effect()
         if not (eff["state"] == "dispatched" and call.dispatched_by_me(eff)):
@@ -146,7 +150,7 @@ def _leave_open(call: EffectCall, why: str) -> NoReturn:
     call.suspend_after_commit()
 
 
-def _settle_audit(call: EffectCall) -> None:
+def _settle_audit(call: EffectCall) -> Io[None]:
     """A resend after a lookup found nothing rests on A2 (the first send had settled by
     then). Once the resend has settled too, look once more: two applications mean A2 was
     broken, and the journal says so, so that the receipt never claims "once" against the
@@ -154,8 +158,8 @@ def _settle_audit(call: EffectCall) -> None:
     try:
         eff = db.one(call.conn.execute(db.query("get_effect"), {"eid": call.eid}))
         wait = (eff["send_deadline"] + eff["settle_margin"] - eff["now"]).total_seconds()
-        time.sleep(max(0.0, wait))
-        found = call.target.query(call.eid, call.payload)
+        yield Pause(max(0.0, wait))
+        found = yield from target_read(call.target.query, call.eid, call.payload)
         count = found.get("count") if isinstance(found, dict) else None
         if not (isinstance(count, int) and count > 1):
             return

@@ -12,10 +12,11 @@ from .effect_authority import grant_checks, local_violations
 from .effect_call import Chain, EffectCall, journal_entries
 from .effect_commit import send_and_commit
 from .effect_results import EffectResult
+from .effect_send import Io
 from .telemetry import DISPATCH, effect_stage
 
 
-def submit(call: EffectCall) -> EffectResult:
+def submit(call: EffectCall) -> Io[EffectResult]:
     """Dispatch and send a call whose effect has no open send (or refuse it, or return the
     recorded outcome)."""
     decided_on = _decided_on(call)
@@ -30,7 +31,7 @@ def submit(call: EffectCall) -> EffectResult:
     if outcome is not None:
         return outcome
     killpoints.hit("effect_after_dispatch")
-    return send_and_commit(call, t0, via=None)
+    return (yield from send_and_commit(call, t0, via=None))
 
 
 def _decided_on(call: EffectCall) -> Any:

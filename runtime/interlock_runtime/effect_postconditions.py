@@ -7,15 +7,16 @@ from typing import Any
 
 from .effect_call import EffectCall
 from .effect_results import EffectResult
+from .effect_send import Io, target_read
 
 
-def post_holds(call: EffectCall, payload: Any) -> tuple[bool | None, str]:
+def post_holds(call: EffectCall, payload: Any) -> Io[tuple[bool | None, str]]:
     """Evaluate the post-condition by reading the target back (outside any transaction).
     None when there is none; a raising post-condition fails closed."""
     if call.postcondition is None:
         return None, ""
     try:
-        ok = call.postcondition(call.target, call.eid, payload)
+        ok = yield from target_read(call.postcondition, call.target, call.eid, payload)
     except Exception as exc:  # noqa: BLE001 - fail closed, and say why
         return False, f"postcondition raised {type(exc).__name__}: {exc}"
     return (True, "") if ok is True else (False, f"postcondition returned {ok!r}")

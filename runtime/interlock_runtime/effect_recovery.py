@@ -14,11 +14,12 @@ from .effect_call import EffectCall, journal_entries
 from .effect_commit import send_and_commit
 from .effect_postconditions import post_holds
 from .effect_results import EffectResult
+from .effect_send import Io, target_read
 from .telemetry import RECOVERY, effect_stage
 
 
 @effect_stage(RECOVERY, on_none="again")
-def recover(call: EffectCall, eff: db.Row) -> EffectResult | None:
+def recover(call: EffectCall, eff: db.Row) -> Io[EffectResult | None]:
     """Resolve the open send of `eff` (the effects row, with the database's `now`). None when
     this caller must go round again: somebody moved first, or the caller offered another
     payload (B13) and is refused on the next round."""
@@ -44,14 +45,14 @@ def recover(call: EffectCall, eff: db.Row) -> EffectResult | None:
         grant = call.conn.execute(db.query("get_grant"), {"grant": eff["grant_id"]}).fetchone()
         may_fail = bool(violations) or not (grant and grant["live"])
         if spec.queryable and (tier == 2 or may_fail):
-            found = call.target.query(call.eid, payload)
-    post = post_holds(call, payload) if found else (None, "")
+            found = yield from target_read(call.target.query, call.eid, payload)
+    post = (yield from post_holds(call, payload)) if found else (None, "")
     t0 = time.monotonic()  # the resend's stopwatch starts before T_resolve (B10)
-    return _t_resolve(call, eff, tier, violations, found, t0, post)
+    return (yield from _t_resolve(call, eff, tier, violations, found, t0, post))
 
 
 def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str], found: Any,
-               t0: float, post: tuple[bool | None, str] = (None, "")) -> EffectResult | None:  # fmt: skip
+               t0: float, post: tuple[bool | None, str] = (None, "")) -> Io[EffectResult | None]:  # fmt: skip
     """T_resolve, fenced: the recovery table of docs/design.md#gated-effects (d)."""
     port, conn = call.port, call.conn
     offered_other = read["payload_hash"] != call.ph  # B13: resolve, then refuse as conflicting
@@ -128,18 +129,18 @@ def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str],
     killpoints.hit("resolve_after_commit")
     if offered_other:
         # Resolve the open send with the recorded payload, then come back to be refused.
-        _resend_recorded(call, read, t0, resend_via, rechecked)
+        yield from _resend_recorded(call, read, t0, resend_via, rechecked)
         return None
-    return send_and_commit(call, t0, via=resend_via, rechecked=rechecked)
+    return (yield from send_and_commit(call, t0, via=resend_via, rechecked=rechecked))
 
 
 def _resend_recorded(
     call: EffectCall, read: db.Row, t0: float, via: str, rechecked: dict[str, Any]
-) -> None:
+) -> Io[None]:
     """B13: a caller with another payload first settles the recorded send (with the
     recorded payload), without taking its status: no step row is written."""
     offered, call.payload, call.records_step = call.payload, read["payload"], False
     try:  # an unknown outcome suspends this workflow until recovery may look again
-        send_and_commit(call, t0, via=via, rechecked=rechecked)
+        yield from send_and_commit(call, t0, via=via, rechecked=rechecked)
     finally:
         call.payload, call.records_step = offered, True

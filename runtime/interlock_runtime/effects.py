@@ -43,7 +43,7 @@ from .effect_call import EffectCall
 from .effect_dispatch import submit
 from .effect_recovery import recover
 from .effect_results import STATUSES, EffectRefused, EffectResult
-from .effect_send import MIN_SEND_BUDGET, WATCHDOG_EXIT
+from .effect_send import MIN_SEND_BUDGET, WATCHDOG_EXIT, Io, drive
 from .effect_spec import (
     DEFAULT_DEDUP_MARGIN,
     TARGET_DEFAULTS,
@@ -141,7 +141,15 @@ def run_prepared(port: RunPort, p: Prepared, seq: int, row: db.Row | None, *,
                  compensation: bool = False, raise_on_refusal: bool = False,
                  decision: Any = None) -> EffectResult:  # fmt: skip
     """A prepared call at its place `seq`: the recorded result (row), or the gate at the
-    frontier."""
+    frontier, its requests served in this thread (effect_send.drive)."""
+    return drive(gate(port, p, seq, row, compensation=compensation,
+                      raise_on_refusal=raise_on_refusal, decision=decision))  # fmt: skip
+
+
+def gate(port: RunPort, p: Prepared, seq: int, row: db.Row | None, *,
+         compensation: bool = False, raise_on_refusal: bool = False,
+         decision: Any = None) -> Io[EffectResult]:  # fmt: skip
+    """run_prepared without a driver: the asyncio worker drives it (effect_send.drive_async)."""
     if row is not None:
         out = EffectResult(**row["output"])
     else:
@@ -155,21 +163,21 @@ def run_prepared(port: RunPort, p: Prepared, seq: int, row: db.Row | None, *,
                           grant=p.grant, action=p.action, local_premises=p.local_premises,
                           compensation=compensation, decision=decision,
                           postcondition=p.postcondition)  # fmt: skip
-        out = _run(call)
+        out = yield from _run(call)
     if raise_on_refusal and out.refused:
         raise EffectRefused(out)
     return out
 
 
 @effect_span  # interlock.effect, counted by outcome (docs/observability.md)
-def _run(call: EffectCall) -> EffectResult:
+def _run(call: EffectCall) -> Io[EffectResult]:
     """The call at the frontier: recover its effect's open send, else submit."""
     while True:
         row = call.conn.execute(db.query("get_effect"), {"eid": call.eid}).fetchone()
         if row is not None and row["state"] == "dispatched":
-            outcome = recover(call, row)
+            outcome = yield from recover(call, row)
         else:
-            outcome = submit(call)
+            outcome = yield from submit(call)
         if outcome is not None:
             return outcome
         # None: an open send was resolved for a caller offering another payload (B13):
@@ -184,4 +192,4 @@ def resolve_orphan(port: RunPort, target: Any, effect_row: db.Row) -> EffectResu
                       payload=effect_row["payload"], ph=effect_row["payload_hash"],
                       fingerprint=None, premises=None, grant=effect_row["grant_id"],
                       action=target_action(target, spec), records_step=False)  # fmt: skip
-    return recover(call, effect_row)
+    return drive(recover(call, effect_row))

@@ -583,24 +583,15 @@ class AsyncHttpTarget(_HttpDeclared):
     (effect_id, payload); a callable may use `await target.request(...)`. `premise_check` is
     a plain function (run in a thread by the asyncio worker).
 
-    Redirects are never followed. One connection pool per event loop (httpx.AsyncClient),
-    kept for the target's life; a plain worker may use this target too (each send then runs
-    on a short event loop of its own, without connection reuse).
+    Redirects are never followed. One connection pool per event loop (an httpx.AsyncClient
+    shared by every AsyncHttpTarget, no limit on connections: a send never queues behind
+    another); a plain worker may use this target too (each send then runs on a short event
+    loop of its own, without connection reuse).
     """
 
     def __init__(self, name: str, url: str, tier: int, **kwargs: Any) -> None:
         _httpx()  # the missing extra is named before anything else
         super().__init__(name, url, tier, **kwargs)
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def _client(self) -> Any:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = _httpx().AsyncClient(follow_redirects=False)
-        return client
 
     async def request(self, method: str, url: str, body: Any = None, *,
                       headers: Mapping[str, str] | None = None,
@@ -612,7 +603,7 @@ class AsyncHttpTarget(_HttpDeclared):
         data = None if body is None and method == "GET" else _json_bytes(body)
         wait = self.send_timeout if timeout is None else timeout
         if not SHORT_LOOP.get():
-            client = self._client()
+            client = _client()
             resp = await client.request(method, url, content=data,
                                         headers=self._request_headers(data, headers),
                                         timeout=httpx.Timeout(wait))  # fmt: skip
@@ -639,6 +630,20 @@ class AsyncHttpTarget(_HttpDeclared):
             return await found if inspect.isawaitable(found) else found
         url = self._lookup_url(effect_id, payload)
         return self._found(effect_id, *await self.request("GET", url))
+
+
+# One httpx client per event loop, shared by every AsyncHttpTarget: a workflow may build its
+# target per call, and a client costs a TLS context to make (tens of ms on the loop).
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+
+def _client() -> Any:
+    loop = asyncio.get_running_loop()
+    client = _CLIENTS.get(loop)
+    if client is None:
+        limits = _httpx().Limits(max_connections=None, max_keepalive_connections=64)
+        client = _CLIENTS[loop] = _httpx().AsyncClient(follow_redirects=False, limits=limits)
+    return client
 
 
 def _httpx() -> Any:

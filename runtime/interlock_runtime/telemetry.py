@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import inspect
 import os
 import threading
 import time
@@ -363,7 +364,8 @@ def _effect_attrs(call: Any) -> dict[str, Any]:
 
 def effect_span(fn: F) -> F:
     """effects._run(call): `interlock.effect` around one ctx.effect at the frontier, outcome
-    its EffectResult status; counted in interlock.effects by outcome, tier and target."""
+    its EffectResult status; counted in interlock.effects by outcome, tier and target. The
+    gate's parts are generators (effect_send.Io): the span lasts until the generator ends."""
     if not ENABLED:
         return fn
 
@@ -371,7 +373,7 @@ def effect_span(fn: F) -> F:
     def wrapper(call: Any, *args: Any, **kwargs: Any) -> Any:
         attrs = _effect_attrs(call)
         with _span(EFFECT, attrs) as span:
-            out = fn(call, *args, **kwargs)
+            out = yield from fn(call, *args, **kwargs)
             span.set_attribute(OUTCOME, out.status)
         assert _instruments is not None
         _instruments.effects.add(1, {OUTCOME: out.status, TIER: attrs[TIER],
@@ -381,25 +383,50 @@ def effect_span(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _stage_outcome(span: Any, out: Any, on_none: str) -> None:
+    status = getattr(out, "status", None)
+    if out is None:
+        status = on_none
+    elif type(out) is object:  # effect_send.NOT_SENT or NOT_LIVE: nothing was sent
+        status = "not_sent"
+    span.set_attribute(OUTCOME, status if isinstance(status, str) else "ok")
+
+
 def effect_stage(name: str, on_none: str = "ok") -> Callable[[F], F]:
-    """A stage of the gate, `fn(call, ...)`: dispatch, send, commit, recovery. Outcome: the
-    EffectResult status it returns, `on_none` for None (dispatch: authorized to send), `ok`
-    for anything else; a send that raises ends `rejected` (TargetRejected) or `unknown`."""
+    """A stage of the gate, `fn(call, ...)`: dispatch, send, commit, recovery; a plain
+    function, a generator (effect_send.Io) or a coroutine function (the async send). Outcome:
+    the EffectResult status it returns, `on_none` for None (dispatch: authorized to send),
+    `ok` for anything else; a send that raises ends `rejected` (TargetRejected) or `unknown`."""
 
     def decorate(fn: F) -> F:
         if not ENABLED:
             return fn
+        if inspect.isgeneratorfunction(fn):
+
+            @functools.wraps(fn)
+            def stages(call: Any, *args: Any, **kwargs: Any) -> Any:
+                with _span(name, _effect_attrs(call)) as span:
+                    out = yield from fn(call, *args, **kwargs)
+                    _stage_outcome(span, out, on_none)
+                    return out
+
+            return stages  # type: ignore[return-value]
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def awaited(call: Any, *args: Any, **kwargs: Any) -> Any:
+                with _span(name, _effect_attrs(call)) as span:
+                    out = await fn(call, *args, **kwargs)
+                    _stage_outcome(span, out, on_none)
+                    return out
+
+            return awaited  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def wrapper(call: Any, *args: Any, **kwargs: Any) -> Any:
             with _span(name, _effect_attrs(call)) as span:
                 out = fn(call, *args, **kwargs)
-                status = getattr(out, "status", None)
-                if out is None:
-                    status = on_none
-                elif type(out) is object:  # effect_send.NOT_SENT: the budget was too short
-                    status = "not_sent"
-                span.set_attribute(OUTCOME, status if isinstance(status, str) else "ok")
+                _stage_outcome(span, out, on_none)
                 return out
 
         return wrapper  # type: ignore[return-value]
