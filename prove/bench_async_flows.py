@@ -5,8 +5,9 @@ Shape 1, "one step": one durable step, an `async def` that awaits asyncio.sleep(
 (20 ms in the benchmark): a coroutine on the worker's loop while it sleeps, not a thread.
 Shape 2, "refund": prove/bench_flows.py's bench_refund as a coroutine (a step "load", then the
 shared refund body: a decide, a tier-1 effect "refund:{id}" under the case's standing grant),
-with the model call through `anthropic.AsyncAnthropic` awaited on the loop (the EMULATED model
-stub answers).
+with the model call through `anthropic.AsyncAnthropic` and the refund through
+`interlock_runtime.AsyncHttpTarget` (RefundTarget below), both awaited on the worker's loop (the
+EMULATED model stub and the local target answer).
 "parked": a run that waits for its signal "go" and returns its payload: parked, it is a row.
 
 Apart from prove/bench_flows.py because a worker serves either plain or async workflows.
@@ -19,9 +20,10 @@ import json
 
 import anthropic
 
-from interlock_runtime import workflow
+from interlock_runtime import AsyncHttpTarget, workflow
 from world import refund_agent
 from world.model_stub import MODEL
+from world.target_client import LocalRefunds
 
 
 async def sleep_ms(ms: float) -> str:
@@ -64,11 +66,32 @@ async def ask_model(request: dict) -> dict:
                       "output_tokens": msg.usage.output_tokens}}  # fmt: skip
 
 
+class RefundTarget(AsyncHttpTarget):
+    """The local target's refunds on one payment through AsyncHttpTarget: what the sync row's
+    LocalRefunds does (tier 1, Idempotency-Key, a lookup by payment and key, the same
+    premises), with `apply` a coroutine. The premise reads (`capture` for the decision, the
+    premise check before the send) are LocalRefunds' own plain reads: the worker runs them in
+    a thread."""
+
+    def __init__(self, case: dict, send_timeout: float = 5.0) -> None:
+        self.reads = LocalRefunds(case["target_url"], case["payment"], 1,
+                                  send_timeout=send_timeout)  # fmt: skip
+        base = case["target_url"].rstrip("/")
+        super().__init__("local-refunds", f"{base}/refunds", 1, action="refund",
+                         lookup=f"{base}/refunds?payment={{payment}}&key={{effect_id}}",
+                         sender_headers=("X-ILR-Worker", "X-ILR-Epoch"),
+                         send_timeout=send_timeout, settle_margin=5.0,
+                         premise_check=self.reads.validate_premises)  # fmt: skip
+
+    def capture(self, effect_id: str | None = None) -> dict:
+        return self.reads.capture(effect_id)
+
+
 @workflow(name="bench_refund_async", version="1")
 async def bench_refund_async(ctx, case):
     """load, then the shared refund body (world/refund_agent.py, driven by run_refund_async: the
     same steps at the same places as bench_refund's) under the case's standing grant."""
-    target = refund_agent.refund_target({**case, "tier": 1}, send_timeout=5.0)
+    target = RefundTarget(case)
     loaded = await ctx.step("load", load_case, case)
     request = {"case": loaded["case"], "payment": loaded["payment"], "model_url": case["model_url"]}
     _, r = await refund_agent.run_refund_async(ctx, case, target=target, decide=ask_model,

@@ -12,14 +12,15 @@ The workflow, `async_refund_agent`, records:
    pointed at world/model_stub.py, EMULATED: Claude cannot be reached from this machine),
    awaited on the worker's event loop, recorded once with the premises read at that moment;
 3. ``wait_approval`` of ``{payment, amount}``: a person approves exactly that;
-4. ``effect`` "refund:{case id}": the refund, POSTed by the payment target's `HttpTarget`
-   (world/target.py, standing in for Stripe: EMULATED) under the approval's grant, with the
-   facts the approver saw as premises, re-read before every send;
+4. ``effect`` "refund:{case id}": the refund, POSTed by `interlock_runtime.AsyncHttpTarget`
+   to the payment target (world/target.py, standing in for Stripe: EMULATED) under the
+   approval's grant, with the facts the approver saw as premises, re-read before every send;
 5. a short durable sleep.
 
-While the model answers, the run is a coroutine on the worker's loop, not a thread. The effect's
-gate (premise re-read, the send, its stopwatch and watchdog) is the runtime's sync pipeline in a
-worker thread (docs/async.md#effects).
+While the model or the target answers, the run is a coroutine on the worker's loop, not a
+thread: the gate awaits the target's `apply` there, under the same stopwatch, lease check and
+watchdog as any send (docs/async.md#effects). The reads use httpx, which AsyncHttpTarget needs
+too (the `async-http` extra).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from typing import Any
 from urllib.parse import quote
 
 import anthropic
-from refund_flows import refund_target
+import httpx
+from refund_flows import violations
 
-from interlock_runtime import workflow
+from interlock_runtime import AsyncHttpTarget, workflow
 
 MODEL = "claude-haiku-4-5-20251001"
 
@@ -77,8 +79,40 @@ def _get(url: str) -> Any:
 
 
 async def get_json(url: str) -> Any:
-    """GET url and decode its JSON body (the stdlib's client, in a thread)."""
-    return await asyncio.to_thread(_get, url)
+    """GET url and decode its JSON body."""
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        resp = await client.get(url)
+    resp.raise_for_status()
+    return resp.json()
+
+
+def refund_target(case: dict[str, Any]) -> AsyncHttpTarget:
+    """The payment target of one case, as refund_flows.refund_target with an async `apply`:
+    tier 1 (the server dedupes Idempotency-Key), a lookup by payment and key, and a premise
+    check (a plain function: the worker runs it in a thread) that re-reads the payment."""
+    base = case["target_url"].rstrip("/")
+    payment = case["payment"]
+
+    def premise_check(premises: Any, effect_id: str) -> list[str]:
+        q = quote(payment, safe="")
+        p = _get(f"{base}/payments/{q}")
+        ours = sum(r["amount"] for r in _get(f"{base}/refunds?payment={q}"
+                                                f"&key={quote(effect_id, safe='')}"))  # fmt: skip
+        others = p["refunded_total"] - ours  # a refund under our own key is not another's
+        now = {"payment": payment, "eligible": p["paid"] - others > 0, "refunded_by_others": others}
+        return violations(premises or {}, now)
+
+    return AsyncHttpTarget(
+        "payment-refunds",
+        f"{base}/refunds",
+        1,
+        lookup=f"{base}/refunds?payment={{payment}}&key={{effect_id}}",
+        action="refund",
+        sender_headers=("X-ILR-Worker", "X-ILR-Epoch"),  # what the target's access log records
+        send_timeout=float(case.get("send_timeout", 3.0)),
+        settle_margin=float(case.get("settle_margin", 5.0)),
+        premise_check=premise_check,
+    )
 
 
 async def premises_now(base: str, payment: str) -> dict:

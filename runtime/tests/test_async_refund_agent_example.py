@@ -24,6 +24,7 @@ def test_async_refund_agent_example_end_to_end(dsn, tmp_path) -> None:
                        capture_output=True, text=True, timeout=150, cwd=tmp_path)  # fmt: skip
     out = p.stdout
     assert p.returncode == 0, out + p.stderr
+    assert "refund: through AsyncHttpTarget('payment-refunds', " in out and "tier=1)" in out
     assert "read at once: payment paid 10000, 0 earlier refund(s) (steps 1 and 2)" in out
     assert "model decided: refund 2000 cents" in out and "EMULATED" in out
     assert f"$ interlock start async_refund_agent {WF}" in out
