@@ -38,7 +38,7 @@ system. How each system is driven (its own native path, as its users write it):
   polling the workflow's status row every 1 ms.
 - runtime_async (issue 23): the same with the asyncio worker (docs/async.md) serving `async def`
   workflows (prove/bench_async_flows.py): the step awaits asyncio.sleep; in shape 2 the model
-  call goes through anthropic.AsyncAnthropic. Shape 2 runs it beside the sync worker at the same
+  call goes through anthropic.AsyncAnthropic and the refund through AsyncHttpTarget. Shape 2 runs it beside the sync worker at the same
   worker processes and clients per worker (refund_async_points, up to 64 clients per worker)
   and reports the ratio of their workflows/s per worker process.
 
@@ -1611,7 +1611,8 @@ TOPOLOGY = [
      "picks it for a module of `async def` workflows: runs are coroutines on one event loop, "
      "the claim loop and heartbeat in threads, async database connections, docs/async.md)",
      "LISTEN/NOTIFY wake-ups; --concurrency 256 in shape 1 (its documented ceiling: a run in "
-     "flight is a coroutine); in shape 2 as many as the point's clients per worker",
+     "flight is a coroutine); in shape 2 as many as the point's clients per worker, the "
+     "model through anthropic.AsyncAnthropic and the refund through AsyncHttpTarget",
      "as runtime"),
     ("dbos", "one process (DBOS.launch in the driver: the same process starts and runs the "
      "workflows, executor without a thread cap) + Postgres backends (its system-database pool, "
@@ -1965,8 +1966,9 @@ def render(report: dict) -> str:
               f"for its end; {cfg['refund_warmup']:.0f} s warm-up, then a {cfg['refund_window']:.0f} s "
               f"window; {cfg['reps']} repetitions. runtime_async: the asyncio worker, the "
               "workflow an `async def` whose decide calls the model through "
-              "anthropic.AsyncAnthropic on the worker's loop (the effect's gate runs in a worker "
-              "thread, docs/async.md#effects); a point named @WxC ran W worker processes with C "
+              "anthropic.AsyncAnthropic and whose refund goes through AsyncHttpTarget, both awaited "
+              "on the worker's loop (the sync worker's refund: LocalRefunds, urllib in its run's "
+              "thread); a point named @WxC ran W worker processes with C "
               "clients each (and --concurrency C). Temporal (a): the baseline's decide and refund "
               "activities (temporal_idem), one worker process per worker. Postgres CPU: cores "
               "used by the server's processes over the window. Per-effect overhead: DISPATCHED "
