@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, cast
 
-from . import async_db, codec, db, killpoints
+from . import async_db, codec, db, killpoints, timeouts
 from .async_db import AConn, AsyncPool, SyncPool
 from .context import (
     APPROVAL_SIGNAL,
@@ -60,6 +60,7 @@ from .errors import (
     WorkflowTimedOut,
 )
 from .events import emit
+from .vocabulary import TimeoutKind
 from .workflow import definition
 
 Coro = Coroutine[Any, Any, Any]
@@ -293,20 +294,34 @@ class AsyncWorkflowContext:
         task.set_name(label)
         return await task
 
-    async def _bounded(self, body: Callable[[], Awaitable[Any]]) -> Any:
-        """A body within the workflow's execution deadline (docs/timeouts.md)."""
+    async def _bounded(self, body: Callable[[], Awaitable[Any]],
+                       clock: timeouts.StepClock | None) -> Any:  # fmt: skip
+        """WorkflowContext._bounded, awaited: a body within its attempt's timeouts and the
+        workflow's execution deadline (docs/timeouts.md). At the first deadline the attempt is
+        abandoned: an async body is cancelled; a plain one, in its thread, cannot be, and is
+        left to finish with its outcome dropped (as the sync worker leaves it)."""
         run = self._run
-        if run.execution_local is None:
+        limits: list[tuple[float, str]] = []
+        if clock is not None and clock.attempt_deadline is not None:
+            limits.append((clock.attempt_deadline, TimeoutKind.START_TO_CLOSE))
+        if clock is not None and clock.step_deadline is not None:
+            limits.append((clock.step_deadline, TimeoutKind.SCHEDULE_TO_CLOSE))
+        if run.execution_local is not None:
+            limits.append((run.execution_local, TimeoutKind.EXECUTION))
+        if not limits:
             return await body()
+        deadline, kind = min(limits)
         try:
-            return await asyncio.wait_for(body(), max(0.0, run.execution_local - time.monotonic()))
+            return await asyncio.wait_for(body(), max(0.0, deadline - time.monotonic()))
         except asyncio.TimeoutError:
-            if time.monotonic() < run.execution_local:
-                raise  # the body's own timeout, not the workflow's
+            if time.monotonic() < deadline:
+                raise  # the body's own timeout, not one of ours
         emit("step_abandoned", wf=self.workflow_id, epoch=self.epoch, seq=self._cursor._seq,
-             timeout="execution", worker=self.worker_id)  # fmt: skip
-        self._cursor._raise(WorkflowTimedOut(f"{run.workflow_id}: execution deadline "
-                                             f"{run.execution_deadline} passed during a step"))  # fmt: skip
+             timeout=str(kind), worker=self.worker_id)  # fmt: skip
+        if kind == TimeoutKind.EXECUTION or clock is None:
+            self._cursor._raise(WorkflowTimedOut(f"{run.workflow_id}: execution deadline "
+                                                 f"{run.execution_deadline} passed during a step"))  # fmt: skip
+        raise clock.error(TimeoutKind(kind), clock.attempt)
 
     async def _run_body(self, seq: int, kind: str, name: str,
                         body: Callable[[], Awaitable[Any]], retry: RetryPolicy | None,
@@ -325,12 +340,28 @@ class AsyncWorkflowContext:
         emit("step_started", wf=self.workflow_id, epoch=self.epoch, seq=seq, kind=kind, name=name,
              attempt=attempt, worker=self.worker_id)  # fmt: skip
         self._bodies += 1
+        clock: timeouts.StepClock | None = None
         try:
-            output = await self._bounded(body)
+            if policy.timed:  # docs/timeouts.md: the attempt's start, committed before the body
+                params = timeouts.timer_params(self.workflow_id, seq, name, policy.start_to_close,
+                                               policy.schedule_to_close)  # fmt: skip
+                async with self._fenced_write() as (conn, _):
+                    row = await async_db.one(conn, "step_timer_start", params)
+                    clock = timeouts.clock_of(row, time.monotonic(), name, attempt,
+                                              policy.start_to_close, policy.schedule_to_close)  # fmt: skip
+                if clock.no_time_for(0):
+                    raise clock.error(TimeoutKind.SCHEDULE_TO_CLOSE, attempt)
+            output = await self._bounded(body, clock)
         except Exception as exc:
             self._bodies -= 1
             if policy.retries(exc, attempt):
-                await self._suspend_for_retry(seq, name, attempt, policy.delay(attempt))
+                delay = policy.delay(attempt)
+                if clock is not None and clock.no_time_for(delay):
+                    # no attempt could start before the step's deadline: it fails now, timed out
+                    exc = clock.error(TimeoutKind.SCHEDULE_TO_CLOSE, attempt,
+                                      cause=_error_record(exc, attempt))  # fmt: skip
+                else:
+                    await self._suspend_for_retry(seq, name, attempt, delay)
             await self._fail(seq, kind, name, exc, attempt, fingerprint)
         except BaseException:
             self._bodies -= 1
@@ -388,9 +419,6 @@ class AsyncWorkflowContext:
         replay returns it. fn may be `async def` (awaited on the worker's loop) or plain (run
         in a worker thread). The step takes its place now, when called."""
         check_step_call(name, fn, args, kwargs, postcondition)
-        if retry is not None and retry.timed:
-            raise InvalidInput(f"step {name!r}: start_to_close and schedule_to_close are not "
-                               "supported in async workflows yet (docs/async.md)")  # fmt: skip
         seq, row = self._place("step", name)
         return self._track(seq, "step", name, self._step(seq, row, name, fn, args, kwargs,
                                                          retry, postcondition))  # fmt: skip

@@ -91,10 +91,21 @@ def start_attempt(conn: db.Conn, wf_id: str, seq: int, name: str, attempt: int,
     """Record an attempt's start (inside the caller's fenced transaction, so it is committed
     before the body runs) and return its clock."""
     row = db.one(conn.execute(db.query("step_timer_start"),
-                              {"wf": wf_id, "seq": seq, "name": name,
-                               "start_to_close": start_to_close,
-                               "schedule_to_close": schedule_to_close}))  # fmt: skip
-    t_after = time.monotonic()
+                              timer_params(wf_id, seq, name, start_to_close, schedule_to_close)))  # fmt: skip
+    return clock_of(row, time.monotonic(), name, attempt, start_to_close, schedule_to_close)
+
+
+def timer_params(wf_id: str, seq: int, name: str, start_to_close: float | None,
+                 schedule_to_close: float | None) -> dict[str, Any]:  # fmt: skip
+    """The parameters of the query step_timer_start (the async context runs it too)."""
+    return {"wf": wf_id, "seq": seq, "name": name, "start_to_close": start_to_close,
+            "schedule_to_close": schedule_to_close}  # fmt: skip
+
+
+def clock_of(row: db.Row, t_after: float, name: str, attempt: int,
+             start_to_close: float | None, schedule_to_close: float | None) -> StepClock:  # fmt: skip
+    """An attempt's clock from step_timer_start's row, read by a statement that returned at
+    local time `t_after`."""
     step_deadline = None
     if schedule_to_close is not None:
         remaining = (row["first_started_at"] - row["now"]).total_seconds() + schedule_to_close

@@ -128,3 +128,72 @@ async def a_refund(ctx, case):
     r = await ctx.effect(target, key=f"refund:{case['id']}", payload=approval["payload"],
                          premises=approval["facts_seen"], grant=approval["grant_id"])  # fmt: skip
     return {"status": r.status, "effect_id": r.effect_id, "result": r.result}
+
+
+# -- step timeouts (docs/timeouts.md), async ------------------------------------------------------
+
+from interlock_runtime import RetryPolicy, StepTimedOut  # noqa: E402
+
+
+def _starts(path: str) -> int:
+    try:
+        with open(path) as f:
+            return sum(1 for line in f if json.loads(line)["event"] == "start")
+    except FileNotFoundError:
+        return 0
+
+
+async def hang_async(path: str, seconds: float) -> str:
+    """The first attempt hangs (and notes its cancellation); later ones answer at once."""
+    first = _starts(path) == 0
+    side_log(path, "hang", event="start", t=time.monotonic())
+    if not first:
+        return "fast"
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        side_log(path, "hang", event="cancelled", t=time.monotonic())
+        raise
+    return "late"
+
+
+def hang_plain(path: str, seconds: float) -> str:
+    """hang_async in a thread: it cannot be cancelled, and returns late."""
+    first = _starts(path) == 0
+    side_log(path, "hang", event="start", t=time.monotonic())
+    if not first:
+        return "fast"
+    time.sleep(seconds)
+    side_log(path, "hang", event="late return", t=time.monotonic())
+    return "late"
+
+
+@workflow(name="a_start_to_close", version="1")
+async def a_start_to_close(ctx, inp):
+    body = hang_plain if inp["plain"] else hang_async
+    if not inp.get("catch"):
+        return await ctx.step("hang", body, inp["log"], inp["hang"],
+                              retry=RetryPolicy(initial=0.1, start_to_close=inp["limit"]))  # fmt: skip
+    try:  # one attempt, its timeout caught: the run goes on for a while
+        await ctx.step("hang", body, inp["log"], inp["hang"],
+                       retry=RetryPolicy(max_attempts=1, start_to_close=inp["limit"]))  # fmt: skip
+    except StepTimedOut as exc:
+        await ctx.step("after", asyncio.sleep, 1.0)
+        return exc.timeout
+    return None
+
+
+async def slow(path: str, seconds: float) -> str:
+    side_log(path, "slow", event="start", t=time.monotonic())
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+@workflow(name="a_schedule_to_close", version="1")
+async def a_schedule_to_close(ctx, inp):
+    policy = RetryPolicy(initial=0.1, schedule_to_close=inp["budget"])
+    try:
+        await ctx.step("slow", slow, inp["log"], inp["sleep"], retry=policy)
+    except StepTimedOut as exc:
+        return {"timeout": exc.timeout, "attempt": exc.error["attempt"]}
+    return None

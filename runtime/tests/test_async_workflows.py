@@ -163,3 +163,71 @@ def test_async_refund_survives_a_sigkill_after_the_send(dsn, workers, target_fac
     assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]  # applied exactly once
     sent = [p["worker"] for p in admin.log(path="/refunds", method="POST")]
     assert sent == (["R1", "R2"] if tier == 1 else ["R1"])
+
+
+# -- step timeouts (docs/timeouts.md) ---------------------------------------------------------------
+
+
+def _read(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["async_body", "plain_body"])
+def test_start_to_close_abandons_a_hung_attempt_and_retries(dsn, workers, tmp_path, plain):
+    """An async body is cancelled at its deadline; a plain one (in a thread) is left to
+    finish and its late result dropped, as the sync worker does. The retry answers."""
+    log = tmp_path / "body.jsonl"
+    with Runtime(dsn) as rt:
+        w = workers("S1", module=MODULE, poll=0.1)
+        rt.start(async_flows.a_start_to_close, "s-1",
+                 {"log": str(log), "hang": 2.5, "limit": 0.4, "plain": plain})  # fmt: skip
+        assert rt.result("s-1", timeout=15) == "fast"
+        wf = rt.describe("s-1")
+        late = "late return" if plain else "cancelled"
+        wait_for(lambda: any(e["event"] == late for e in _read(log)), 10, late)
+        assert rt.describe("s-1")["steps"][0]["output"] == "fast"
+    assert w.wait_event("step_abandoned", wf="s-1")["timeout"] == "start_to_close"
+    events = [e["event"] for e in _read(log)]
+    assert events == (
+        ["start", "start", "late return"] if plain else ["start", "cancelled", "start"]
+    )
+    starts = [e["t"] for e in _read(log) if e["event"] == "start"]
+    assert 0.4 <= starts[1] - starts[0] < 1.8  # after the limit, not after the 2.5 s hang
+    assert wf["step_timers"][0]["attempts"] == 2
+
+
+def test_an_async_body_is_cancelled_at_its_deadline_not_when_the_run_ends(dsn, workers, tmp_path):
+    """The timeout is caught and the run goes on (a 1 s step): the hung body was cancelled at
+    the deadline, not left running until the run ended."""
+    log = tmp_path / "body.jsonl"
+    with Runtime(dsn) as rt:
+        workers("S2", module=MODULE, poll=0.1)
+        rt.start(async_flows.a_start_to_close, "s-2",
+                 {"log": str(log), "hang": 5.0, "limit": 0.4, "plain": False, "catch": True})  # fmt: skip
+        assert rt.result("s-2", timeout=15) == "start_to_close"
+    start, cancelled = _read(log)
+    assert cancelled["event"] == "cancelled"
+    assert 0.4 <= cancelled["t"] - start["t"] < 0.9
+
+
+def test_schedule_to_close_keeps_counting_across_a_worker_sigkill(dsn, workers, tmp_path):
+    log = tmp_path / "body.jsonl"
+    budget = 3.0
+    with Runtime(dsn) as rt:
+        rt.start(async_flows.a_schedule_to_close, "b-1",
+                 {"log": str(log), "budget": budget, "sleep": 20.0})  # fmt: skip
+        first = workers("B1", module=MODULE, poll=0.1, lease_ttl=1.0)
+        wait_for(lambda: _read(log), 15, "the first attempt to start")
+        first.signal(signal.SIGKILL)
+        assert first.proc.wait(timeout=10) == -signal.SIGKILL
+        workers("B2", module=MODULE, poll=0.1, lease_ttl=1.0)
+        assert rt.result("b-1", timeout=20) == {"timeout": "schedule_to_close", "attempt": 2}
+        wf = rt.describe("b-1")
+    assert len(_read(log)) == 2  # one attempt per worker
+    # from the first claim to the failure's record: the budget, not the budget again from
+    # B2's attempt (which started after the 1 s lease expired)
+    failed_at = wf["steps"][0]["created_at"]
+    first_claim, takeover = wf["claims"][0]["claimed_at"], wf["claims"][1]["claimed_at"]
+    assert (takeover - first_claim).total_seconds() > 1.0
+    assert budget <= (failed_at - first_claim).total_seconds() < budget + 1.0
+    assert wf["step_timers"][0]["attempts"] == 2
