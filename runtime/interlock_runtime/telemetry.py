@@ -210,6 +210,19 @@ def _observe_ambiguous(options: Any) -> list[Any]:
 
 
 _instruments = _Instruments(_metrics) if ENABLED else None
+_tracing = False  # a tracer provider was set when setup() last looked: make spans
+
+
+def setup() -> bool:
+    """Look once (Worker() calls it) whether a tracer provider is set: with the API alone
+    (its proxy or no-op provider) every span would be a no-op object made and dropped on the
+    hot path, so the worker's spans are skipped altogether. Returns whether spans are made."""
+    global _tracing
+    provider = type(_trace.get_tracer_provider()).__name__ if ENABLED else None
+    _tracing = provider not in (None, "ProxyTracerProvider", "NoOpTracerProvider")
+    return _tracing
+
+
 _tracer: Any = _trace.get_tracer("interlock_runtime") if ENABLED else None  # a proxy until set
 _w3c: Any = _tracecontext.TraceContextTextMapPropagator() if ENABLED else None
 
@@ -305,22 +318,95 @@ def traced(name: str, kind: str = "INTERNAL") -> Callable[[F], F]:
     return decorate
 
 
+def _wrap(
+    fn: F,
+    span_of: Callable[..., tuple[str, dict[str, Any]]],
+    ended: Callable[[Any, Any], None],
+    counted: Callable[..., None] | None = None,
+) -> F:
+    """fn with a span around each call: `span_of(*args)` names it and gives its attributes,
+    `ended(span, out)` marks a normal end, `counted(out, *args)` counts it (with or without a
+    span). fn may be a plain function, a coroutine function or a generator function (the
+    effect gate's parts, effect_send.Io): the span lasts until it returns. Without a tracer
+    provider at setup() the call goes straight through: no span object is made."""
+
+    def opened(args: tuple[Any, ...]) -> Any:
+        name, attrs = span_of(*args)
+        return _span(name, attrs)
+
+    def count(out: Any, args: tuple[Any, ...]) -> None:
+        if counted is not None:
+            counted(out, *args)
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def stages(*args: Any, **kwargs: Any) -> Any:
+            if not _tracing:
+                out = yield from fn(*args, **kwargs)
+            else:
+                with opened(args) as span:
+                    out = yield from fn(*args, **kwargs)
+                    ended(span, out)
+            count(out, args)
+            return out
+
+        return stages  # type: ignore[return-value]
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def awaited(*args: Any, **kwargs: Any) -> Any:
+            if not _tracing:
+                out = await fn(*args, **kwargs)
+            else:
+                with opened(args) as span:
+                    out = await fn(*args, **kwargs)
+                    ended(span, out)
+            count(out, args)
+            return out
+
+        return awaited  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def called(*args: Any, **kwargs: Any) -> Any:
+        if not _tracing:
+            out = fn(*args, **kwargs)
+        else:
+            with opened(args) as span:
+                out = fn(*args, **kwargs)
+                ended(span, out)
+        count(out, args)
+        return out
+
+    return called  # type: ignore[return-value]
+
+
+def _call_span(ctx: Any, seq: int, kind: str, name: str, *rest: Any) -> tuple[str, dict[str, Any]]:
+    """A step attempt, a model call or a wait: `fn(ctx, seq, kind, name, ...)`."""
+    attrs = {WORKFLOW_ID: ctx.workflow_id, EPOCH: ctx.epoch, SEQ: seq, NAME: name}
+    if kind in ("sleep", "signal"):
+        return WAIT, {**attrs, KIND: kind}
+    return (DECIDE if kind == "decide" else STEP), attrs
+
+
+def _outcome(value: str) -> Callable[[Any, Any], None]:
+    def ended(span: Any, out: Any) -> None:
+        span.set_attribute(OUTCOME, value)
+
+    return ended
+
+
 def body_span(fn: F) -> F:
     """WorkflowContext._run_body(self, seq, kind, name, ...): one span per attempt of a step
     body (`interlock.step`) or a model call (`interlock.decide`); the attempt number comes
     from the step_started event (on_event)."""
-    if not ENABLED:
-        return fn
+    return fn if not ENABLED else _wrap(fn, _call_span, _outcome("ok"))
 
-    @functools.wraps(fn)
-    def wrapper(ctx: Any, seq: int, kind: str, name: str, *args: Any, **kwargs: Any) -> Any:
-        attrs = {WORKFLOW_ID: ctx.workflow_id, EPOCH: ctx.epoch, SEQ: seq, NAME: name}
-        with _span(DECIDE if kind == "decide" else STEP, attrs) as span:
-            out = fn(ctx, seq, kind, name, *args, **kwargs)
-            span.set_attribute(OUTCOME, "ok")
-            return out
 
-    return wrapper  # type: ignore[return-value]
+def wait_span(fn: F) -> F:
+    """WorkflowContext._wait(self, seq, kind, name, ...): `interlock.wait`, outcome `ready`
+    (the timer was due or the signal there) or `suspended`."""
+    return fn if not ENABLED else _wrap(fn, _call_span, _outcome("ready"))
 
 
 def retry_span(fn: F) -> F:
@@ -339,27 +425,16 @@ def retry_span(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def wait_span(fn: F) -> F:
-    """WorkflowContext._wait(self, seq, kind, name, ...): `interlock.wait`, outcome `ready`
-    (the timer was due or the signal there) or `suspended`."""
-    if not ENABLED:
-        return fn
-
-    @functools.wraps(fn)
-    def wrapper(ctx: Any, seq: int, kind: str, name: str, *args: Any, **kwargs: Any) -> Any:
-        attrs = {WORKFLOW_ID: ctx.workflow_id, EPOCH: ctx.epoch, SEQ: seq, KIND: kind, NAME: name}
-        with _span(WAIT, attrs) as span:
-            out = fn(ctx, seq, kind, name, *args, **kwargs)
-            span.set_attribute(OUTCOME, "ready")
-            return out
-
-    return wrapper  # type: ignore[return-value]
-
-
 def _effect_attrs(call: Any) -> dict[str, Any]:
     port = call.port
     return {WORKFLOW_ID: port.workflow_id, EPOCH: port.epoch, EFFECT_ID: call.eid,
             TIER: call.spec.tier, TARGET: call.spec.name, NAME: call.name}  # fmt: skip
+
+
+def _count_effect(out: Any, call: Any, *rest: Any) -> None:
+    assert _instruments is not None
+    _instruments.effects.add(1, {OUTCOME: out.status, TIER: call.spec.tier,
+                                 TARGET: call.spec.name})  # fmt: skip
 
 
 def effect_span(fn: F) -> F:
@@ -368,28 +443,8 @@ def effect_span(fn: F) -> F:
     gate's parts are generators (effect_send.Io): the span lasts until the generator ends."""
     if not ENABLED:
         return fn
-
-    @functools.wraps(fn)
-    def wrapper(call: Any, *args: Any, **kwargs: Any) -> Any:
-        attrs = _effect_attrs(call)
-        with _span(EFFECT, attrs) as span:
-            out = yield from fn(call, *args, **kwargs)
-            span.set_attribute(OUTCOME, out.status)
-        assert _instruments is not None
-        _instruments.effects.add(1, {OUTCOME: out.status, TIER: attrs[TIER],
-                                     TARGET: attrs[TARGET]})  # fmt: skip
-        return out
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _stage_outcome(span: Any, out: Any, on_none: str) -> None:
-    status = getattr(out, "status", None)
-    if out is None:
-        status = on_none
-    elif type(out) is object:  # effect_send.NOT_SENT or NOT_LIVE: nothing was sent
-        status = "not_sent"
-    span.set_attribute(OUTCOME, status if isinstance(status, str) else "ok")
+    return _wrap(fn, lambda call, *rest: (EFFECT, _effect_attrs(call)),
+                 lambda span, out: span.set_attribute(OUTCOME, out.status), _count_effect)  # fmt: skip
 
 
 def effect_stage(name: str, on_none: str = "ok") -> Callable[[F], F]:
@@ -398,38 +453,18 @@ def effect_stage(name: str, on_none: str = "ok") -> Callable[[F], F]:
     the EffectResult status it returns, `on_none` for None (dispatch: authorized to send),
     `ok` for anything else; a send that raises ends `rejected` (TargetRejected) or `unknown`."""
 
+    def ended(span: Any, out: Any) -> None:
+        status = getattr(out, "status", None)
+        if out is None:
+            status = on_none
+        elif type(out) is object:  # effect_send.NOT_SENT or NOT_LIVE: nothing was sent
+            status = "not_sent"
+        span.set_attribute(OUTCOME, status if isinstance(status, str) else "ok")
+
     def decorate(fn: F) -> F:
         if not ENABLED:
             return fn
-        if inspect.isgeneratorfunction(fn):
-
-            @functools.wraps(fn)
-            def stages(call: Any, *args: Any, **kwargs: Any) -> Any:
-                with _span(name, _effect_attrs(call)) as span:
-                    out = yield from fn(call, *args, **kwargs)
-                    _stage_outcome(span, out, on_none)
-                    return out
-
-            return stages  # type: ignore[return-value]
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def awaited(call: Any, *args: Any, **kwargs: Any) -> Any:
-                with _span(name, _effect_attrs(call)) as span:
-                    out = await fn(call, *args, **kwargs)
-                    _stage_outcome(span, out, on_none)
-                    return out
-
-            return awaited  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(call: Any, *args: Any, **kwargs: Any) -> Any:
-            with _span(name, _effect_attrs(call)) as span:
-                out = fn(call, *args, **kwargs)
-                _stage_outcome(span, out, on_none)
-                return out
-
-        return wrapper  # type: ignore[return-value]
+        return _wrap(fn, lambda call, *rest: (name, _effect_attrs(call)), ended)
 
     return decorate
 
@@ -452,6 +487,8 @@ def claimed(conn: db.Conn, row: db.Row, t0: float) -> None:
         if takeover:
             assert _instruments is not None
             _instruments.takeovers.add(1, {WORKFLOW: row["name"]})
+        if not _tracing:
+            return
         end = time.time_ns()
         start = end - int((time.monotonic() - t0) * 1e9)
         attrs = {WORKFLOW_ID: row["id"], WORKFLOW: row["name"], EPOCH: row["epoch"],
@@ -480,13 +517,15 @@ def run_span(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(worker: Any, run: Any, *args: Any, **kwargs: Any) -> Any:
-        span = _runs.pop((run.workflow_id, run.epoch), None)
-        if span is None:  # not claimed through Worker._claim_and_wait: a root of its own
-            span = _tracer.start_span(RUN, kind=_trace.SpanKind.CONSUMER,
-                                      attributes={WORKFLOW_ID: run.workflow_id, EPOCH: run.epoch})  # fmt: skip
-        span.set_attribute(WORKER, worker.worker_id)
         _local.workflow = run.name
         try:
+            if not _tracing:
+                return fn(worker, run, *args, **kwargs)
+            span = _runs.pop((run.workflow_id, run.epoch), None)
+            if span is None:  # not claimed through Worker._claim_and_wait: a root of its own
+                span = _tracer.start_span(RUN, kind=_trace.SpanKind.CONSUMER,
+                                          attributes={WORKFLOW_ID: run.workflow_id, EPOCH: run.epoch})  # fmt: skip
+            span.set_attribute(WORKER, worker.worker_id)
             with _trace.use_span(
                 span, end_on_exit=True, record_exception=False, set_status_on_exception=False
             ):

@@ -45,6 +45,7 @@ from .queues import Claimer, served
 from .runtime import register_deployment
 from .schedules import Scheduler
 from .telemetry import claimed, configure_from_env, run_span, watch_database
+from .telemetry import setup as telemetry_setup
 from .workflow import WorkflowDef, collect, definition
 
 
@@ -98,6 +99,7 @@ class Worker:
         if not self.defs:
             raise ValueError("a worker needs at least one @workflow to serve")
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        telemetry_setup()  # spans only when a tracer provider is set (docs/observability.md)
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
         self.max_clock_skew = max_clock_skew

@@ -35,7 +35,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
     InMemorySpanExporter,
 )
 
-from interlock_runtime import HttpTarget, RetryPolicy, Runtime, Worker, db, telemetry, workflow  # noqa: E402
+from interlock_runtime import (  # noqa: E402
+    HttpTarget,
+    RetryPolicy,
+    Runtime,
+    Worker,
+    db,
+    telemetry,
+    workflow,
+)
 from interlock_runtime.events import JsonLines, TextLines, log  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,9 +100,9 @@ def otel_takeover(ctx, inp):
 
 
 @contextmanager
-def running(dsn: str, *wfs, **kwargs) -> Iterator[Worker]:
+def running(dsn: str, *wfs, cls: type = Worker, **kwargs) -> Iterator[Worker]:
     kwargs.setdefault("poll", 0.05)
-    worker = Worker(dsn, list(wfs), **kwargs)
+    worker = cls(dsn, list(wfs), **kwargs)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
@@ -218,6 +226,51 @@ def test_one_trace_from_start_through_claim_step_and_effect_to_the_target(dsn, s
     assert (done["trace_id"], done["span_id"]) == (f"{tid:032x}", f"{run.context.span_id:016x}")
     assert total(telemetry.EFFECTS, outcome="COMMITTED", target="otel-http") >= 1
     assert total(telemetry.STARTED, workflow="otel_pay") >= 1
+
+
+def test_without_a_tracer_provider_no_span_object_is_made_on_the_step_path(dsn, tmp_path):
+    """opentelemetry-api installed, no SDK provider: setup() sees the API's proxy provider and
+    the worker's hooks make no span at all (counted at the API's tracer)."""
+    script = tmp_path / "no_provider.py"
+    script.write_text(textwrap.dedent(NO_PROVIDER))
+    env = dict(os.environ, PYTHONPATH=str(REPO / "runtime"))
+    out = subprocess.run([sys.executable, str(script), dsn], capture_output=True, text=True,
+                         timeout=60, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"enabled": True, "tracing": False, "result": 2, "spans": 0}
+
+
+NO_PROVIDER = """
+import json, sys, threading
+from opentelemetry import trace
+from interlock_runtime import Runtime, Worker, telemetry, workflow
+
+made = []
+for cls in (trace.ProxyTracer, trace.NoOpTracer):
+    for attr in ("start_span", "start_as_current_span"):
+        original = getattr(cls, attr)
+        def counting(self, *a, _original=original, **k):
+            made.append(a[0] if a else k.get("name"))
+            return _original(self, *a, **k)
+        setattr(cls, attr, counting)
+
+@workflow(name="steps_only", version="1")
+def steps_only(ctx, inp):
+    one = ctx.step("one", lambda: 1)
+    ctx.sleep(0)
+    return one + ctx.step("two", lambda: 1)
+
+rt = Runtime(sys.argv[1])
+rt.start(steps_only, "s-1")
+w = Worker(sys.argv[1], [steps_only], poll=0.05)
+th = threading.Thread(target=w.run, daemon=True); th.start()
+result = rt.result("s-1", timeout=20)
+w.stop(); th.join(10)
+worker_spans = [n for n in made if n != telemetry.START]  # rt.start's own span is the client's
+print(json.dumps({"enabled": telemetry.ENABLED, "tracing": telemetry._tracing,
+                  "result": result, "spans": len(worker_spans)}))
+"""
 
 
 # -- attempts, waits, metrics --------------------------------------------------------------------
