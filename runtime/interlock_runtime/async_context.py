@@ -60,6 +60,7 @@ from .errors import (
     WorkflowTimedOut,
 )
 from .events import emit
+from .telemetry import body_span, retry_span, wait_span
 from .vocabulary import TimeoutKind
 from .workflow import definition
 
@@ -323,6 +324,7 @@ class AsyncWorkflowContext:
                                                  f"{run.execution_deadline} passed during a step"))  # fmt: skip
         raise clock.error(TimeoutKind(kind), clock.attempt)
 
+    @body_span  # a span per attempt (docs/observability.md)
     async def _run_body(self, seq: int, kind: str, name: str,
                         body: Callable[[], Awaitable[Any]], retry: RetryPolicy | None,
                         fingerprint: str | None = None, shape: Callable[[Any], Any] = _same,
@@ -399,6 +401,7 @@ class AsyncWorkflowContext:
                 Suspend(f"{self.workflow_id}: backoff of seq {seq} not due until {until}")
             )
 
+    @retry_span  # counted in interlock.step.retries
     async def _suspend_for_retry(self, seq: int, name: str, attempt: int, delay: float) -> None:
         async with self._fenced_write() as (conn, fence):
             until = fence["now"] + timedelta(seconds=delay)
@@ -596,6 +599,7 @@ class AsyncWorkflowContext:
 
         return self._track(seq, "signal", APPROVAL_SIGNAL, go())
 
+    @wait_span  # interlock.wait: ready or suspended
     async def _wait(self, seq: int, kind: str, name: str,
                     first_until: Callable[[datetime], datetime] | None, signal: str | None,
                     proposal: Any = None) -> Any:  # fmt: skip

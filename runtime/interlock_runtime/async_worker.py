@@ -46,6 +46,7 @@ from .errors import (
     WorkflowTimedOut,
 )
 from .events import emit, log
+from .telemetry import run_span
 from .worker import Worker
 
 # The runtime's unwinding exceptions derive from BaseException; these end a run as the sync
@@ -78,6 +79,7 @@ class AsyncWorker(Worker):
 
     # -- one run ------------------------------------------------------------------------------
 
+    @run_span  # the run's span, in its task's context (docs/observability.md)
     async def _execute_async(self, run: Run, env: _Loop) -> None:
         RUN_TASKS.set(set())  # every task this run's code creates is the run's (task_factory)
         try:
@@ -235,7 +237,7 @@ class _Loop:
             self.gate.submit(started.wait, 10)
         started.wait(10)
         threading.Thread(target=self.loop.run_forever, name="loop", daemon=True).start()
-        asyncio.run_coroutine_threadsafe(self._ticker(), self.loop)
+        self.ticker = asyncio.run_coroutine_threadsafe(self._ticker(), self.loop)
         threading.Thread(target=self._monitor, name="loop-monitor", daemon=True).start()
         return self
 
@@ -248,6 +250,7 @@ class _Loop:
         concurrent.futures.wait(list(self.runs))
         asyncio.run_coroutine_threadsafe(self.pool.close(), self.loop).result(timeout=10)
         self.done.set()
+        self.ticker.result(timeout=5)  # its next tick ends it: no task left pending at stop
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.threads.shutdown(wait=False)
         self.gate.shutdown(wait=False)

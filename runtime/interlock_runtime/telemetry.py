@@ -18,6 +18,7 @@ started without a trace context gets one from its first traced claim.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib
 import importlib.metadata
@@ -99,7 +100,10 @@ def _load() -> tuple[Any, Any, Any, Any]:
 _trace, _metrics, _propagate, _tracecontext = _load()
 ENABLED = _trace is not None
 
-_local = threading.local()  # per run thread: the workflow's name, a retry just scheduled
+# Per run (a thread's context in the plain worker, a task's in the asyncio worker): the
+# workflow's name, and whether the Suspend about to end a span is a retry's.
+_WORKFLOW: contextvars.ContextVar[str | None] = contextvars.ContextVar("ilr_wf", default=None)
+_RETRY: contextvars.ContextVar[bool] = contextvars.ContextVar("ilr_retry", default=False)
 
 
 class _Instruments:
@@ -269,7 +273,7 @@ def _outcome_of(exc: BaseException, span_name: str) -> str:
     if span_name == SEND and isinstance(exc, Exception):  # the target's answer, not ours
         return "rejected" if isinstance(exc, TargetRejected) else "unknown"
     if isinstance(exc, Suspend):
-        return "retry" if getattr(_local, "retry", False) else "suspended"
+        return "retry" if _RETRY.get() else "suspended"
     for kind, outcome in ((StepFailed, "failed"), (Fenced, "fenced"), (Release, "released"),
                           (Cancelled, "cancelled"), (ContinuedAsNew, "continued")):  # fmt: skip
         if isinstance(exc, kind):
@@ -286,7 +290,7 @@ def _span(name: str, attributes: Mapping[str, Any], kind: str = "INTERNAL") -> I
                                                    if v is not None},
                                        record_exception=False,
                                        set_status_on_exception=False) as span:  # fmt: skip
-        _local.retry = False
+        _RETRY.set(False)
         try:
             yield span
         except BaseException as exc:
@@ -297,7 +301,7 @@ def _span(name: str, attributes: Mapping[str, Any], kind: str = "INTERNAL") -> I
                 span.set_status(_trace.Status(_trace.StatusCode.ERROR, f"{type(exc).__name__}"))
             raise
         finally:
-            _local.retry = False
+            _RETRY.set(False)
 
 
 def traced(name: str, kind: str = "INTERNAL") -> Callable[[F], F]:
@@ -397,29 +401,30 @@ def _outcome(value: str) -> Callable[[Any, Any], None]:
 
 
 def body_span(fn: F) -> F:
-    """WorkflowContext._run_body(self, seq, kind, name, ...): one span per attempt of a step
+    """_run_body(ctx, seq, kind, name, ...) of either context: one span per attempt of a step
     body (`interlock.step`) or a model call (`interlock.decide`); the attempt number comes
     from the step_started event (on_event)."""
     return fn if not ENABLED else _wrap(fn, _call_span, _outcome("ok"))
 
 
 def wait_span(fn: F) -> F:
-    """WorkflowContext._wait(self, seq, kind, name, ...): `interlock.wait`, outcome `ready`
+    """_wait(ctx, seq, kind, name, ...) of either context: `interlock.wait`, outcome `ready`
     (the timer was due or the signal there) or `suspended`."""
     return fn if not ENABLED else _wrap(fn, _call_span, _outcome("ready"))
 
 
 def retry_span(fn: F) -> F:
-    """WorkflowContext._suspend_for_retry(self, seq, name, attempt, delay): counts the retry,
-    and the step's span ends with outcome `retry` (not just `suspended`)."""
+    """_suspend_for_retry(ctx, seq, name, attempt, delay) of either context: counts the retry,
+    and the step's span ends with outcome `retry` (not just `suspended`). Marked when called,
+    in the caller's context, so a coroutine function needs nothing more."""
     if not ENABLED:
         return fn
 
     @functools.wraps(fn)
     def wrapper(ctx: Any, seq: int, name: str, *args: Any, **kwargs: Any) -> Any:
         assert _instruments is not None
-        _instruments.retries.add(1, {WORKFLOW: getattr(_local, "workflow", None) or "", NAME: name})
-        _local.retry = True
+        _instruments.retries.add(1, {WORKFLOW: _WORKFLOW.get() or "", NAME: name})
+        _RETRY.set(True)
         return fn(ctx, seq, name, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -510,28 +515,46 @@ def claimed(conn: db.Conn, row: db.Row, t0: float) -> None:
 
 
 def run_span(fn: F) -> F:
-    """Worker._execute(self, run): runs inside the run span `claimed` started (made current
-    in the pool's thread), ended with the run's outcome (set by on_event)."""
+    """Worker._execute(self, run) or AsyncWorker._execute_async(self, run, env): runs inside
+    the run span `claimed` started (made current in the run's thread, or in its task's
+    context), ended with the run's outcome (set by on_event)."""
     if not ENABLED:
         return fn
 
+    def entered(worker: Any, run: Any) -> Any:
+        span = _runs.pop((run.workflow_id, run.epoch), None)
+        if span is None:  # not claimed through Worker._claim_and_wait: a root of its own
+            span = _tracer.start_span(RUN, kind=_trace.SpanKind.CONSUMER,
+                                      attributes={WORKFLOW_ID: run.workflow_id, EPOCH: run.epoch})  # fmt: skip
+        span.set_attribute(WORKER, worker.worker_id)
+        return _trace.use_span(span, end_on_exit=True, record_exception=False,
+                               set_status_on_exception=False)  # fmt: skip
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def awaited(worker: Any, run: Any, *args: Any, **kwargs: Any) -> Any:
+            token = _WORKFLOW.set(run.name)
+            try:
+                if not _tracing:
+                    return await fn(worker, run, *args, **kwargs)
+                with entered(worker, run):
+                    return await fn(worker, run, *args, **kwargs)
+            finally:
+                _WORKFLOW.reset(token)
+
+        return awaited  # type: ignore[return-value]
+
     @functools.wraps(fn)
     def wrapper(worker: Any, run: Any, *args: Any, **kwargs: Any) -> Any:
-        _local.workflow = run.name
+        token = _WORKFLOW.set(run.name)
         try:
             if not _tracing:
                 return fn(worker, run, *args, **kwargs)
-            span = _runs.pop((run.workflow_id, run.epoch), None)
-            if span is None:  # not claimed through Worker._claim_and_wait: a root of its own
-                span = _tracer.start_span(RUN, kind=_trace.SpanKind.CONSUMER,
-                                          attributes={WORKFLOW_ID: run.workflow_id, EPOCH: run.epoch})  # fmt: skip
-            span.set_attribute(WORKER, worker.worker_id)
-            with _trace.use_span(
-                span, end_on_exit=True, record_exception=False, set_status_on_exception=False
-            ):
+            with entered(worker, run):
                 return fn(worker, run, *args, **kwargs)
         finally:
-            _local.workflow = None
+            _WORKFLOW.reset(token)
 
     return wrapper  # type: ignore[return-value]
 
@@ -555,7 +578,7 @@ def _on_outcome(event: str, fields: Mapping[str, Any]) -> None:
     span = _trace.get_current_span()
     span.set_attribute(OUTCOME, event)
     assert _instruments is not None
-    name = getattr(_local, "workflow", None) or ""
+    name = _WORKFLOW.get() or ""
     if event == "completed":
         _instruments.completed.add(1, {WORKFLOW: name})
     elif event == "failed":

@@ -9,6 +9,7 @@ set its global providers only once, and the runtime's tracer is the API's proxy 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 
 from interlock_runtime import (  # noqa: E402
+    AsyncHttpTarget,
     HttpTarget,
     RetryPolicy,
     Runtime,
@@ -44,6 +46,7 @@ from interlock_runtime import (  # noqa: E402
     telemetry,
     workflow,
 )
+from interlock_runtime.async_worker import AsyncWorker  # noqa: E402
 from interlock_runtime.events import JsonLines, TextLines, log  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,6 +97,25 @@ def otel_retry(ctx, inp):
 @workflow(name="otel_takeover", version="1")
 def otel_takeover(ctx, inp):
     return ctx.step("quick", lambda: 1)
+
+
+@workflow(name="otel_async", version="1")
+async def otel_async(ctx, inp):
+    """The async API's spans: a step, a failed attempt and its retry, a sleep, an effect."""
+
+    async def flaky():
+        if ctx.workflow_id not in FAILED_ONCE:
+            FAILED_ONCE.add(ctx.workflow_id)
+            raise RuntimeError("the first attempt fails")
+        return inp["amount"]
+
+    await ctx.step("prepare", asyncio.sleep, 0, "ready")
+    amount = await ctx.step("flaky", flaky, retry=RetryPolicy(initial=0.1))
+    await ctx.sleep(0.2)
+    target = AsyncHttpTarget("otel-async-http", inp["url"], 1, action="refund")
+    r = await ctx.effect(target, key=f"pay:{ctx.workflow_id}", payload={"amount": amount},
+                         premises={"checked": True}, grant=inp["grant"])  # fmt: skip
+    return r.status
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -226,6 +248,49 @@ def test_one_trace_from_start_through_claim_step_and_effect_to_the_target(dsn, s
     assert (done["trace_id"], done["span_id"]) == (f"{tid:032x}", f"{run.context.span_id:016x}")
     assert total(telemetry.EFFECTS, outcome="COMMITTED", target="otel-http") >= 1
     assert total(telemetry.STARTED, workflow="otel_pay") >= 1
+
+
+def test_an_async_run_makes_the_same_spans_in_one_trace(dsn, server):
+    """The asyncio worker: run spans per claim under rt.start's, step attempts (a retry),
+    the sleep's waits, the effect's stages with the async send's traceparent at the target."""
+    rt = Runtime(dsn)
+    grant = rt.grant("agent", "refund", by="policy")
+    url = f"http://127.0.0.1:{server.server_address[1]}/refunds"
+    with TRACER.start_as_current_span("caller") as caller:
+        rt.start(otel_async, "async-1", {"amount": 300, "url": url, "grant": grant})
+    with running(dsn, otel_async, cls=AsyncWorker, worker_id="w-async"):
+        assert rt.result("async-1", timeout=20) == "COMMITTED"
+    tid = caller.get_span_context().trace_id
+    spans = spans_of(tid)
+    by_id = {s.context.span_id: s for s in spans}
+
+    def parent(span):
+        return by_id.get(span.parent.span_id) if span.parent else None
+
+    (start,) = named(spans, telemetry.START)
+    runs = named(spans, telemetry.RUN)
+    # the retry's backoff, the sleep, then the end; every claim a child of the start
+    assert [r.attributes[telemetry.OUTCOME] for r in runs] == ["suspended"] * 2 + ["completed"]
+    assert [r.attributes[telemetry.EPOCH] for r in runs] == [1, 2, 3]
+    assert all(parent(r) is start and r.attributes[telemetry.WORKER] == "w-async" for r in runs)
+    assert len(named(spans, telemetry.CLAIM)) == 3
+    steps = [(s.attributes[telemetry.NAME], s.attributes[telemetry.ATTEMPT],
+              s.attributes[telemetry.OUTCOME], parent(s)) for s in named(spans, telemetry.STEP)]  # fmt: skip
+    assert steps == [("prepare", 1, "ok", runs[0]), ("flaky", 1, "retry", runs[0]),
+                     ("flaky", 2, "ok", runs[1])]  # fmt: skip
+    waits = named(spans, telemetry.WAIT)
+    assert [(w.attributes[telemetry.OUTCOME], parent(w)) for w in waits] == [
+        ("suspended", runs[1]), ("ready", runs[2])]  # fmt: skip
+    (effect,) = named(spans, telemetry.EFFECT)
+    assert parent(effect) is runs[2] and effect.attributes[telemetry.OUTCOME] == "COMMITTED"
+    dispatch, send, commit = (named(spans, n)[0] for n in (telemetry.DISPATCH, telemetry.SEND,
+                                                             telemetry.COMMIT))  # fmt: skip
+    assert all(parent(stage) is effect for stage in (dispatch, send, commit))
+    assert dispatch.end_time <= send.start_time and send.end_time <= commit.start_time
+    (headers,) = server.seen
+    traceparent = {k.lower(): v for k, v in headers.items()}["traceparent"]
+    assert traceparent.startswith(f"00-{tid:032x}-{send.context.span_id:016x}-")
+    assert total(telemetry.RETRIES, workflow="otel_async") == 1
 
 
 def test_without_a_tracer_provider_no_span_object_is_made_on_the_step_path(dsn, tmp_path):
