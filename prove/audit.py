@@ -574,7 +574,7 @@ def audit_run(rec: dict) -> dict:
     if isinstance(arts, Mapping) and arts.get("error"):
         return _unusable(ident, f"artifacts not collected: {str(arts['error'])[:160]}")
     try:
-        if ident["system"] == "runtime":
+        if ident["system"] in ("runtime", "runtime_async"):  # the async mode keeps the same records
             answers, why, forged = _answer_runtime(rec)
         elif str(ident["system"]).startswith("temporal"):
             answers, why, forged = _answer_temporal(rec)

@@ -151,6 +151,7 @@ def test_runtime_async_cells_run_the_async_workflow_on_asyncio_workers(services,
     row = next(line for line in md.read_text().splitlines() if line.startswith("| S01 | 1 |"))
     cols = [c.strip() for c in row.split("|")]
     assert cols[4] == "-" and cols[5].startswith("100% (1)"), row  # runtime -, runtime (async)
+    assert "can-prove 5.0/5" in cols[5], row  # the audit reads an async run's records too
 
 
 def test_crash_plans_are_seeded_half_external() -> None:
