@@ -7,6 +7,10 @@ before a step body, not before it finishes), so a worker cut off from Postgres i
 sends its write as soon as the body returns, and the network holds it until the partition
 heals: the database's fence is what must refuse it. The step's result is a plain string, so
 recording it needs no round trip to the database before that write.
+
+`netns_hold_async` and `netns_alone_async` are the same two workflows as `async def` (the test's
+async mode: asyncio workers, `--async`); the last step's body runs in the worker's thread pool
+and its result, like the plain workflow's, goes out with the finishing write.
 """
 
 from __future__ import annotations
@@ -50,3 +54,19 @@ def hold(ctx, inp):
 def alone(ctx, inp):
     """Served by one worker of group A only: nobody takes it over while A is cut off."""
     return _slow_last(ctx, inp)
+
+
+async def _slow_last_async(ctx, inp):
+    await ctx.step("first", note, inp["log"], "first", ctx.worker_id, ctx.epoch, 0, 0)
+    return await ctx.step("slow", note, inp["log"], "slow", ctx.worker_id, ctx.epoch,
+                          inp["first"], inp["again"])  # fmt: skip
+
+
+@workflow(name="netns_hold_async", version="1")
+async def hold_async(ctx, inp):
+    return await _slow_last_async(ctx, inp)
+
+
+@workflow(name="netns_alone_async", version="1")
+async def alone_async(ctx, inp):
+    return await _slow_last_async(ctx, inp)

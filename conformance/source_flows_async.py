@@ -97,3 +97,14 @@ async def cancel_then_refund(ctx, case):
         ctx, case, target=refund_target(case), payload=case["payload"], authority="grant",
         premises={"payment": case["payment"]}, before_effect=wait_for_cancel)  # fmt: skip
     return {"status": r.status}
+
+
+@workflow(name="policy_refund", version="1")
+async def policy_refund(ctx, case):
+    """A refund under a standing policy grant (no approval step): the payload is the input's
+    (flows.policy_refund's body; conformance/test_netns_workers.py in async mode)."""
+    _, r = await refund_agent.run_refund_async(
+        ctx, case, target=refund_target(case), capture=True, payload=case["payload"],
+        authority="grant", local_premises=local_premises(case), action=case.get("action"),
+        compensation=case.get("compensation", False))  # fmt: skip
+    return {"status": r.status, "effect_id": r.effect_id, "reason": r.reason}

@@ -11,10 +11,15 @@ database's fence (worker events `fenced`), both under B's live lease (the epoch)
 nobody took over, under A's own lapsed lease; nothing is written under A's old epochs after the
 partition; no step is recorded twice (the slow step's body runs on A and on B, only B's result
 is recorded); each refund in flight lands once at the target and A's late response is kept;
-every catalog invariant holds over the run."""
+every catalog invariant holds over the run.
+
+Mode (conformance/conftest.py MODES): "sync" runs the plain workflows; "async" (ILR_LONG=1) their
+`async def` twins on asyncio workers (conformance/netns_flows.py's *_async,
+conformance/source_flows_async.py's policy_refund), with the same assertions."""
 
 from __future__ import annotations
 
+import os
 import signal
 from contextlib import ExitStack
 from datetime import datetime
@@ -22,8 +27,9 @@ from datetime import datetime
 import pytest
 
 from conformance import netns_flows
+from conformance.conftest import LONG, REPO, mode_args
 from conformance.invariants import Evidence, check_all, target_config
-from conformance.run_sources import FLOWS, flows
+from conformance.run_sources import FLOWS, flows_for
 from interlock_runtime import Runtime, db, migrations
 from interlock_runtime.testing import WorkerProcess, read_jsonl, wait_for
 from world import netns
@@ -58,9 +64,20 @@ def _db_now(dsn: str) -> float:
         return _ts(conn.execute("select clock_timestamp() as t").fetchone()["t"])
 
 
+# What each mode's workers serve: their refund module, and the two netns workflows' names.
+SERVES = {"sync": ("flows", "netns_alone", "netns_hold"),
+          "async": ("conformance.source_flows_async", "netns_alone_async", "netns_hold_async")}  # fmt: skip
+ASYNC_LONG = pytest.mark.skipif(not LONG, reason="async mode: ILR_LONG=1")
+
+
+@pytest.mark.parametrize("mode", ["sync", pytest.param("async", marks=ASYNC_LONG)])
 def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expire(
-    tmp_path,
+    tmp_path, mode
 ) -> None:
+    refund_module, alone_name, hold_name = SERVES[mode]
+    flows = flows_for(mode)
+    alone_flow = netns_flows.alone if mode == "sync" else netns_flows.alone_async
+    hold_flow = netns_flows.hold if mode == "sync" else netns_flows.hold_async
     with ExitStack() as stack:
         world = stack.enter_context(netns.NetWorld("a", "b"))
         a = world["a"]
@@ -82,9 +99,10 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
         def group(label: str, *workers_of: tuple[int, str]) -> None:  # (slots, --only)
             space = world[label]
             for i, (n, only) in enumerate(workers_of):
-                extra = ("--module", "conformance.netns_flows", "--only", only)
+                extra = ("--module", "conformance.netns_flows", "--only", only, *mode_args(mode))
                 w = WorkerProcess(pair.dsn(host=space.gateway), f"{label.upper()}{i}", tmp_path,
-                                  "flows", pythonpath=str(FLOWS), cwd=str(FLOWS), lease_ttl=TTL,
+                                  refund_module, pythonpath=f"{REPO}{os.pathsep}{FLOWS}",
+                                  cwd=str(FLOWS), lease_ttl=TTL,
                                   poll=0.2, concurrency=n, popen=space.popen,
                                   extra_args=extra)  # fmt: skip
                 stack.callback(w.close)
@@ -106,8 +124,8 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
         inv = {wf: str(tmp_path / f"{wf}.inv.jsonl") for wf in (*HOLDS, ALONE)}
         # Every worker holds as many runs as it has slots, so none claims anything while cut
         # off: A0 (one slot) the run only it serves, A1 (five) the others; B (3 + 3) is idle.
-        shared = "netns_hold@1,policy_refund@1"
-        group("a", (1, "netns_alone@1"), (5, shared))
+        shared = f"{hold_name}@1,policy_refund@1"
+        group("a", (1, f"{alone_name}@1"), (5, shared))
         group("b", (3, shared), (3, shared))
         (a0, a1), (b0, b1) = workers["a"], workers["b"]
         for w in (a0, a1, b0, b1):
@@ -115,11 +133,11 @@ def test_a_partitioned_group_is_fenced_and_taken_over_only_after_its_leases_expi
         with Runtime(dsn) as rt:
             grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
             pause(a1, b0, b1)  # paused while the runs are handed out, holding nothing
-            rt.start(netns_flows.alone, ALONE, {"log": inv[ALONE], "first": FIRST_S, "again": 0})
+            rt.start(alone_flow, ALONE, {"log": inv[ALONE], "first": FIRST_S, "again": 0})
             a0.wait_event("claimed", wf=ALONE)
             resume(a1)
             for wf in HOLDS:
-                rt.start(netns_flows.hold, wf, {"log": inv[wf], "first": FIRST_S,
+                rt.start(hold_flow, wf, {"log": inv[wf], "first": FIRST_S,
                                                 "again": AGAIN_S})  # fmt: skip
             for tier, wf in REFUNDS.items():
                 rt.start(flows.policy_refund, wf, {
