@@ -36,6 +36,7 @@ from .context import (
     Decision,
     RetryPolicy,
     Run,
+    RunView,
     WorkflowContext,
     _approval,
     _error_record,
@@ -124,7 +125,7 @@ def _same(value: Any) -> Any:
     return value
 
 
-class AsyncWorkflowContext:
+class AsyncWorkflowContext(RunView):
     """What `async def` workflow code calls. The durable calls take their place when called
     and are awaited: `await ctx.step(...)`, `await ctx.sleep(...)`, `await ctx.effect(...)`.
     `set_status` and `patched` need no await. One context per run, used on the worker's event
@@ -147,31 +148,12 @@ class AsyncWorkflowContext:
         self.root: asyncio.Task[Any] | None = None  # the workflow's own task (set by the worker)
         self.worker_id = worker_id
 
-    # -- identity -------------------------------------------------------------------------
+    # -- identity (RunView: workflow_id, epoch, input, cancel_requested, unwinding,
+    # is_replaying, read from the cursor) ----------------------------------------------------
 
     @property
-    def workflow_id(self) -> str:
-        return self._run.workflow_id
-
-    @property
-    def epoch(self) -> int:
-        return self._run.epoch
-
-    @property
-    def input(self) -> Any:
-        return self._cursor.input
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self._cursor.cancel_requested
-
-    @property
-    def is_replaying(self) -> bool:
-        return self._cursor.is_replaying
-
-    @property
-    def unwinding(self) -> BaseException | None:
-        return self._cursor.unwinding
+    def _replay(self) -> WorkflowContext:
+        return self._cursor
 
     @property
     def cursor(self) -> WorkflowContext:

@@ -197,7 +197,49 @@ def _iso(ts: datetime) -> str:
     return ts.isoformat()
 
 
-class WorkflowContext:
+class RunView:
+    """What workflow code reads of its run, written once for both APIs: a WorkflowContext
+    reads its own replay state, an AsyncWorkflowContext its cursor's (a WorkflowContext)."""
+
+    _run: Run
+
+    @property
+    def _replay(self) -> WorkflowContext:
+        raise NotImplementedError  # pragma: no cover
+
+    @property
+    def workflow_id(self) -> str:
+        return self._run.workflow_id
+
+    @property
+    def epoch(self) -> int:
+        return self._run.epoch
+
+    @property
+    def input(self) -> Any:
+        """The workflow's input, typed values rebuilt (codec.py)."""
+        cursor = self._replay
+        if cursor._input is _UNREAD:
+            cursor._input = cursor._decoded(self._run.input, 0, "input", "input")
+        return cursor._input
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._run.cancel_requested_at is not None
+
+    @property
+    def unwinding(self) -> BaseException | None:
+        """The Suspend/Fenced/Release/NonDeterminism that must end this run, if any."""
+        return self._replay._unwinding
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the next call has a recorded row (useful to silence duplicate logs)."""
+        cursor = self._replay
+        return (cursor._seq + 1) in cursor._recorded
+
+
+class WorkflowContext(RunView):
     """What workflow code calls. One context per run; not shared between threads."""
 
     def __init__(
@@ -226,36 +268,12 @@ class WorkflowContext:
         self._input: Any = _UNREAD
         self._clock: timeouts.StepClock | None = None  # the running attempt's timeouts
 
-    # -- identity -------------------------------------------------------------------------
+    # -- identity (RunView: workflow_id, epoch, input, cancel_requested, unwinding,
+    # is_replaying) ------------------------------------------------------------------------
 
     @property
-    def workflow_id(self) -> str:
-        return self._run.workflow_id
-
-    @property
-    def epoch(self) -> int:
-        return self._run.epoch
-
-    @property
-    def input(self) -> Any:
-        """The workflow's input, typed values rebuilt (codec.py)."""
-        if self._input is _UNREAD:
-            self._input = self._decoded(self._run.input, 0, "input", "input")
-        return self._input
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self._run.cancel_requested_at is not None
-
-    @property
-    def unwinding(self) -> BaseException | None:
-        """The Suspend/Fenced/Release/NonDeterminism that must end this run, if any."""
-        return self._unwinding
-
-    @property
-    def is_replaying(self) -> bool:
-        """True while the next call has a recorded row (useful to silence duplicate logs)."""
-        return (self._seq + 1) in self._recorded
+    def _replay(self) -> WorkflowContext:
+        return self
 
     # -- the replay cursor ----------------------------------------------------------------
 
