@@ -25,8 +25,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import psycopg
-
 from . import async_db, codec, db, effect_send, timeouts
 from .async_context import (
     RUN_TASKS,
@@ -45,7 +43,7 @@ from .errors import (
     Suspend,
     WorkflowTimedOut,
 )
-from .events import emit, log
+from .events import emit
 from .telemetry import run_span
 from .worker import Worker
 
@@ -82,17 +80,8 @@ class AsyncWorker(Worker):
     @run_span  # the run's span, in its task's context (docs/observability.md)
     async def _execute_async(self, run: Run, env: _Loop) -> None:
         RUN_TASKS.set(set())  # every task this run's code creates is the run's (task_factory)
-        try:
+        with self._running(run):
             await self._run_async(run, env)
-        except psycopg.OperationalError as exc:
-            emit("abandoned", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
-                 reason="database unavailable", error=str(exc).strip())  # fmt: skip
-        except Exception:
-            log.exception("internal error running %s", run.workflow_id)
-        finally:
-            with self._active_lock:
-                self._active.pop(run.workflow_id, None)
-            self._slot_freed.set()
 
     async def _run_async(self, run: Run, env: _Loop) -> None:
         ids = {"worker": self.worker_id, "wf": run.workflow_id, "epoch": run.epoch}

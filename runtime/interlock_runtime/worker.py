@@ -20,8 +20,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -311,14 +312,22 @@ class Worker:
 
     @run_span  # interlock.run around the whole claim (docs/observability.md)
     def _execute(self, run: Run) -> None:
-        try:
+        with self._running(run):
             self._execute_run(run)
+
+    @contextmanager
+    def _running(self, run: Run) -> Iterator[None]:
+        """Around one run's execution, in either worker: a lost database ends it `abandoned`,
+        an internal error is logged, and the run leaves _active (its slot freed) whatever
+        happened."""
+        try:
+            yield
         except psycopg.OperationalError as exc:
             # The database went away mid-run. Nothing is lost: every recorded step is
             # committed, the lease will expire, and a later claim replays from the top.
             emit("abandoned", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
                  reason="database unavailable", error=str(exc).strip())  # fmt: skip
-            conn = getattr(self._local, "conn", None)
+            conn = getattr(self._local, "conn", None)  # this thread's (none on the loop's)
             if conn is not None:
                 conn.close()
         except Exception:
