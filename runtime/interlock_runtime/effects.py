@@ -24,7 +24,7 @@ re-exports the gate's public names. The gate, one concern per module:
     effect_call            EffectCall (one call's state), its hash chain and step row
     effect_authority       the grant and local premise checks as the journal records them
     effect_dispatch        the submit path: T_dispatch
-    effect_send            the watched send (the watchdog timer)
+    effect_send            the watched send (the watchdog) and the drivers of the gate's requests
     effect_commit          T_commit, the late result, definite failure, the settle audit
     effect_recovery        T_resolve: the recovery table
     effect_breaker         the circuit breaker
@@ -66,6 +66,7 @@ __all__ = [
     "EffectResult",
     "TargetSpec",
     "check_target",
+    "gate",
     "Prepared",
     "prepare",
     "resolve_orphan",
