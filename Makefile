@@ -41,8 +41,12 @@ format: setup
 
 # Everything, the bounded Hypothesis state machine included (3 examples of 10 steps; `make
 # conformance LONG=1` runs 25 of 30), then the quick TLC checks, then the docs site (`make docs`).
+# Two test processes share the cluster (each test has databases of its own; most of the time
+# goes to waiting on leases, timers and workers), then the tests that crash the cluster run
+# alone (`exclusive`).
 test: setup pg-start lint browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m "not exclusive"
+	$(BIN)/python -m pytest -m exclusive
 	$(MAKE) --no-print-directory tlc-quick TLC_JOBS=1
 	$(MAKE) --no-print-directory docs
 

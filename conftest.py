@@ -5,6 +5,9 @@ Each collected @given test without a seed of its own gets hypothesis.seed(ILR_HY
 wherever it runs: a test passes or fails by its code, never by chance. The seed is printed
 in pytest's header; explore other examples with ILR_HYPOTHESIS_SEED=<n>. The Hypothesis state
 machine (conformance/test_stateful.py) has its own seed, ILR_STATEFUL_SEED, printed by it.
+
+`make test` runs the suite in two processes (pytest-xdist), then the `exclusive` tests alone:
+those crash or restart the project's cluster, which every other test shares.
 """
 
 from __future__ import annotations
@@ -21,6 +24,24 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _exclusive_runs_alone(items)
+    _seed_hypothesis(items)
+
+
+def _exclusive_runs_alone(items: list[pytest.Item]) -> None:
+    """An `exclusive` test crashes or restarts the shared cluster; beside other test processes
+    (pytest-xdist) it would fail them, so there it is skipped: run it alone (make test does,
+    with `-m exclusive`)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    skip = pytest.mark.skip(reason="exclusive: crashes the shared cluster; run it alone, "
+                                   "`pytest -m exclusive` (make test does)")  # fmt: skip
+    for item in items:
+        if item.get_closest_marker("exclusive"):
+            item.add_marker(skip)
+
+
+def _seed_hypothesis(items: list[pytest.Item]) -> None:
     try:
         from hypothesis import seed
     except ImportError:  # no Hypothesis, no Hypothesis tests

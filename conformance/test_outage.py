@@ -19,8 +19,11 @@ from world.target_client import TargetAdmin
 N = 200
 LANDED = ("COMMITTED", "COMMITTED_ON_QUERY", "REAPPLIED_AFTER_QUERY")
 
-pytestmark = pytest.mark.skipif(local_postgres.external_dsn() is not None,
-                                reason="crashes the project's own cluster")  # fmt: skip
+pytestmark = [
+    pytest.mark.skipif(local_postgres.external_dsn() is not None,
+                       reason="crashes the project's own cluster"),
+    pytest.mark.exclusive,  # every other test would see the crash
+]  # fmt: skip
 
 
 def test_outage_loses_nothing_and_applies_nothing_twice(tmp_path) -> None:

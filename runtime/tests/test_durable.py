@@ -76,6 +76,7 @@ def test_step_never_reruns_across_sigkill(dsn, workers, tmp_path) -> None:
 
 
 @local_only
+@pytest.mark.exclusive  # crashes the shared cluster: every other test would see it
 def test_timer_survives_worker_sigkill_and_a_postgres_crash(dsn, workers, tmp_path) -> None:
     log = tmp_path / "inv.jsonl"
     with Runtime(dsn) as rt:

@@ -87,6 +87,7 @@ def test_root_starts_the_server_from_binaries_under_a_private_directory(tmp_path
 
 
 @local_only
+@pytest.mark.exclusive  # crashes the shared cluster: every other test would see it
 def test_a_crash_restart_loses_no_recorded_step(dsn, workers, tmp_path) -> None:
     log = tmp_path / "invocations.jsonl"
     with Runtime(dsn) as rt:
