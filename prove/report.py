@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from prove import claims
-from prove.scenario import DEFAULT_TIMING, SYSTEMS, Scenario
+from prove.scenario import DEFAULT_TIMING, PREDICTED_AS, SYSTEMS, Scenario
 from prove.scrub import scrub
 
 REPO = Path(__file__).resolve().parents[1]
@@ -417,8 +417,7 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "scenario": c["scenario"], "tier": c["tier"], "variant": c["variant"], "label": _label(c),
         "expected": c["expected"], "observed": _observed(c), "held": c["prediction_held"],
         "checked": c["prediction_checked"],
-        "reason": REASONS.get((c["scenario"], c["system"], c["tier"], c["variant"]))
-        or REASONS.get((c["scenario"], c["system"], None, c["variant"])) or "not diagnosed yet",
+        "reason": _reason(c),
     } for c in mismatches]  # fmt: skip
     stripe_rows = []
     for sid, tier, variant in sorted({(c["scenario"], c["tier"], c["variant"])
@@ -749,6 +748,17 @@ def _span(results: list[dict]) -> str:
         return "n/a"
     span = max(e for _, e in t) - min(s for s, _ in t)
     return f"{span:.0f} s ({span / 60:.1f} min)"
+
+
+def _reason(c: dict) -> str:
+    """The diagnosed reason of a contradicted prediction: the system's own, else that of the
+    system it is predicted as (runtime_async: the runtime's, the same code path diagnosed)."""
+    for system in (c["system"], PREDICTED_AS.get(c["system"])):
+        for tier in (c["tier"], None):
+            reason = REASONS.get((c["scenario"], system, tier, c["variant"]))
+            if reason:
+                return reason + ("" if system == c["system"] else f" (diagnosed for {system})")
+    return "not diagnosed yet"
 
 
 def _label(c: dict) -> str:

@@ -416,3 +416,15 @@ def test_an_external_kill_after_the_effect_is_judged_by_the_event_order() -> Non
     assert not late["correct"] and len(late["oracle_failures"]) == 2
     before = judge(True, [12.0], [agent, hand])  # the send came after the hand refund
     assert not before["correct"] and before["oracle_basis"] == "scenario oracle"
+
+
+def test_a_runtime_async_contradiction_takes_the_runtimes_diagnosis() -> None:
+    """runtime_async is predicted as the runtime, so a contradiction both show (S13 tier 2 long:
+    the runtime's stopwatch refuses the late send) carries the runtime's diagnosed reason,
+    marked as such; a cell nobody diagnosed says so."""
+    cell = {"scenario": "S13", "system": "runtime_async", "tier": 2, "variant": "long"}
+    reason = report._reason(cell)
+    assert reason == report.REASONS[("S13", "runtime", 2, "long")] + " (diagnosed for runtime)"
+    assert report._reason({**cell, "system": "runtime"}) == report.REASONS[
+        ("S13", "runtime", 2, "long")]  # fmt: skip
+    assert report._reason({**cell, "scenario": "S01"}) == "not diagnosed yet"
