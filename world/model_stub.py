@@ -186,6 +186,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _StubHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    # listen() backlog: socketserver's default of 5 overflows under the bench's 64
+    # clients per worker (the kernel drops the SYN; the client retries after 1 s, 3 s...)
+    request_queue_size = 128
     stub: ModelStub
 
 

@@ -615,6 +615,9 @@ def _stripe_from_ledger(e: _Reply, payment: str) -> _Reply:
 
 class _TargetHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    # listen() backlog: socketserver's default of 5 overflows under the bench's 64
+    # clients per worker (the kernel drops the SYN; the client retries after 1 s, 3 s...)
+    request_queue_size = 128
     target: Target
 
 
