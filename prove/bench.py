@@ -885,6 +885,7 @@ class ClosedLoop:
         self.records: list[tuple[float, float, str]] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
+        self.harness_errors: list[str] = []  # a client's own call failed (not a workflow)
 
     def measure(self, t0: float) -> dict:
         lo, hi = t0 + self.warmup, t0 + self.warmup + self.window
@@ -892,6 +893,8 @@ class ClosedLoop:
         lat = [r[1] for r in inside]
         effects = sum(1 for r in inside if r[2] == "COMMITTED")
         return {"completed": len(inside), "wf_per_s": len(inside) / self.window,
+                "harness_errors": len(self.harness_errors),
+                "harness_error_kinds": sorted(set(self.harness_errors)),
                 "effects_per_s": effects / self.window, "p50_ms": pct(lat, 50),
                 "p99_ms": pct(lat, 99), "outcomes": sorted({r[2] for r in inside})}  # fmt: skip
 
@@ -957,7 +960,12 @@ def runtime_refund_point(admin: str, template: str, urls: tuple[str, str], worke
             while not loop.stop.is_set():
                 n += 1
                 pid = f"pay-{tag}-{slot}-{n}"
-                tadmin.create_payment(pid, 100_000)
+                try:  # the harness's own setup call: a failure is counted, the client goes on
+                    tadmin.create_payment(pid, 100_000)
+                except Exception as e:  # noqa: BLE001 - reported as harness_errors
+                    with loop.lock:
+                        loop.harness_errors.append(f"create_payment: {type(e).__name__}")
+                    continue
                 wid = f"r{tag}-{slot}-{n}"
                 ev, box = threading.Event(), []
                 with wlock:
@@ -2008,6 +2016,11 @@ def render(report: dict) -> str:
         errs = [p for p in report["shape2"]["points"] if "error" in p]
         for p in errs:
             L.append(f"\nFAILED point {p.get('key') or p['system']}: `{p['error'][-300:]}`")
+        for p in report["shape2"]["points"]:
+            if p.get("harness_errors"):
+                L.append(f"\nHARNESS ERRORS at {p.get('key')} rep {p['rep'] + 1}: "
+                         f"{p['harness_errors']} client calls failed "
+                         f"({', '.join(p['harness_error_kinds'])}); those clients retried.")  # fmt: skip
         gaps = {k: s.get("heartbeat_gap_max_s") for k, s in report["shape2"]["summary"].items()
                 if k.split("@")[0] in RUNTIMES}  # fmt: skip
         L += ["", f"Worst heartbeat gap (the runtime's workers log each lease renewal; lease_ttl "
