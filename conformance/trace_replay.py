@@ -1100,7 +1100,7 @@ def _dirty() -> bool | None:
 
 
 def write_report(results: list[ReplayResult], wall: float, commit: str | None = None,
-                 dirty: bool | None = None) -> tuple[Path, Path]:  # fmt: skip
+                 dirty: bool | None = None, command: str | None = None) -> tuple[Path, Path]:  # fmt: skip
     import platform
     from dataclasses import asdict
 
@@ -1121,14 +1121,9 @@ def write_report(results: list[ReplayResult], wall: float, commit: str | None = 
     doc = {
         "commit": commit or _commit(),
         "dirty": dirty if commit else _dirty(),
-        "generated_by": "python -m conformance.trace_replay --report"
-        + (
-            f" --mode {modes[0]}"
-            if len(modes) == 1 and modes != ["sync"]
-            else " --mode both"
-            if len(modes) > 1
-            else ""
-        ),  # fmt: skip
+        "generated_by": command
+        or "python -m conformance.trace_replay --report"
+        + (f" --mode {modes[0]}" if len(modes) == 1 else " --mode both"),
         "modes": modes,
         "python": platform.python_version(),
         "psycopg": psycopg.__version__,
@@ -1252,7 +1247,8 @@ def main(argv: list[str] | None = None) -> int:
     if opts.render:
         doc = json.loads((REPO / "results" / "trace_replay.json").read_text())
         kept = [ReplayResult(**r) for r in doc["results"]]
-        write_report(kept, doc["wall_seconds"], doc["commit"], doc.get("dirty"))
+        write_report(kept, doc["wall_seconds"], doc["commit"], doc.get("dirty"),
+                     doc.get("generated_by"))  # fmt: skip
         return 0
     if opts.traces:
         paths = [Path(p) for p in opts.traces]
@@ -1285,7 +1281,9 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     if opts.report:
-        j, m = write_report(results, time.monotonic() - t0)
+        args = sys.argv[1:] if argv is None else argv
+        j, m = write_report(results, time.monotonic() - t0,
+                            command=" ".join(["python -m conformance.trace_replay", *args]))  # fmt: skip
         print(f"wrote {j.relative_to(REPO)} and {m.relative_to(REPO)}")
     return 1 if any(r.violations for r in results) else 0
 
