@@ -99,15 +99,17 @@ def test_replay_after_a_step_timeout_raises_the_same_failure(dsn, workers, tmp_p
 
 def test_execution_timeout_ends_running_sleeping_parked_and_child(dsn, workers, tmp_path) -> None:
     limit = 1.0
+    # a long poll: the sweep comes rarely, so a waiting run ending on time shows that its
+    # wake-up was held at the deadline (the claim then ends it). The worker is up before the
+    # starts: on a busy machine its interpreter start alone can outlast the limit, and the
+    # parent would then end before it ever started its child.
+    workers("W", module=M, poll=3.0, concurrency=6).wait_event("registered")
     with Runtime(dsn) as rt:
         rt.start(tf.busy, "wf-busy", {"log": str(tmp_path / "busy.jsonl")},
                  execution_timeout=limit)  # fmt: skip
         rt.start(tf.sleeper, "wf-sleep", {}, execution_timeout=limit)
         rt.start(tf.parked, "wf-parked", {}, execution_timeout=limit)
         rt.start(tf.parent, "wf-parent", {}, execution_timeout=limit)
-        # a long poll: the sweep comes rarely, so a waiting run ending on time shows that its
-        # wake-up was held at the deadline (the claim then ends it)
-        workers("W", module=M, poll=3.0, concurrency=6)
         rows = {wf: _ended(rt, wf) for wf in ("wf-busy", "wf-sleep", "wf-parked", "wf-parent")}
         child = _ended(rt, "wf-parent/1")
     for wf, row in {**rows, "wf-parent/1": child}.items():
