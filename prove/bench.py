@@ -2227,6 +2227,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="results/NAME.md and .json (default bench; another name writes no plots, "
                          "e.g. --systems runtime,dbos --shapes 1 --name bench_onestep)")  # fmt: skip
     args = ap.parse_args(argv)
+    # A SIGTERM unwinds the run (SystemExit), so its services, workers and scratch databases are
+    # stopped and dropped by their context managers instead of being left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cfg = dict(SMOKE if args.smoke else FULL)
     for key in ("refund_workers", "refund_window"):
         env = os.environ.get(f"ILR_BENCH_{key.upper()}")
