@@ -168,6 +168,7 @@ def drive(steps: Generator[Any, Any, T]) -> T:
         value = next(steps)
         while True:
             if inspect.isawaitable(value):
+                getattr(value, "close", lambda: None)()  # a coroutine never awaited: closed
                 raise TypeError("a plain workflow's body yielded an awaitable: an `async def` "
                                 "workflow drives it with drive_async")  # fmt: skip
             value = steps.send(value)
