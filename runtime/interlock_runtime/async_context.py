@@ -742,6 +742,8 @@ class AsyncWorkflowContext(RunView):
         the fence, with the deferred records, the run's grants and the parent's signal."""
         from .context import ENDS_GRANTS
 
+        if status != "release" and await self._finish_in_one(status, result, error):
+            return
         async with self._fenced_write() as (conn, _):
             if status == "release":
                 await conn.execute(db.query("release"), {"wf": self.workflow_id})
@@ -757,6 +759,32 @@ class AsyncWorkflowContext(RunView):
                 done = {"status": status, "result": result, "error": error}
                 await conn.execute(db.query("signal_parent"),
                                    {"child": self.workflow_id, "done": db.jsonb(done)})  # fmt: skip
+
+    async def _finish_in_one(self, status: str, result: Any, error: Any) -> bool:
+        """context.finish_in_one on an async connection: the completion as one fenced statement
+        (query finish_fenced), one round trip where the general form takes six (BEGIN, fence,
+        the step record, finish, grants, COMMIT), each a wake-up of the loop. False, with
+        nothing written, where it does not apply (a parent to signal, more than one deferred
+        record). Raises Fenced, with nothing written, when the claim is gone."""
+        from .context import _NO_STEP, ENDS_GRANTS
+
+        if self._run.parent_id or len(self._pending) > 1:
+            return False
+        flushed, self._pending = self._pending, []
+        step = flushed[0] if flushed else _NO_STEP
+        params = {"wf": self.workflow_id, "epoch": self.epoch, "status": status,
+                  "result": db.jsonb(result), "error": db.jsonb(error) if error is not None else None,
+                  "seq": step["seq"], "name": step["name"], "kind": step["kind"],
+                  "fingerprint": step["fingerprint"], "output": step["output"],
+                  "step_error": step["error"], "ends_grants": status in ENDS_GRANTS}  # fmt: skip
+        async with self._pool.connection() as conn:
+            row = await async_db.first(conn, "finish_fenced", params)
+        if row is None:
+            self._cursor._raise(Fenced(f"workflow {self.workflow_id}: epoch {self.epoch} no "
+                                       "longer holds a live claim"))  # fmt: skip
+        if step["kind"] == "step" and step["name"] != STATUS_STEP:
+            killpoints.hit("step_after_record")  # committed, as _fenced_write fires it
+        return True
 
     async def mark_swallowed(self, error: dict[str, Any]) -> None:
         """A swallowed Suspend: guarded by the unchanged epoch (the suspend released the row)."""
