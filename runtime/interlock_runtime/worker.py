@@ -291,14 +291,16 @@ class Worker:
             emit("heartbeat", worker=self.worker_id, runs=len(runs), took=round(done - t0, 4),
                  gap=None if last is None else round(done - last, 4))  # fmt: skip
             last = done
-            alive = {row["id"]: row for row in rows}
+            answers = {row["id"]: row for row in rows}
             for run in runs:
-                if run.workflow_id in alive:
+                answer = answers[run.workflow_id]
+                if answer["renewed"]:
                     run.renewed(t0)
-                    if alive[run.workflow_id]["cancel_requested_at"] is not None:
-                        run.cancel_requested_at = alive[run.workflow_id]["cancel_requested_at"]
-                else:
-                    run.fenced = True
+                    if answer["cancel_requested_at"] is not None:
+                        run.cancel_requested_at = answer["cancel_requested_at"]
+                    continue
+                run.fenced = True  # nothing more of it may run here, ended or fenced
+                if not answer["ended"]:  # ended: the run's own last write beat this renewal
                     emit("fenced", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
                          by="heartbeat")  # fmt: skip
 

@@ -52,6 +52,11 @@ def test_the_fence_matches_only_a_live_lease_of_the_current_epoch(row) -> None:
 
 
 def _heartbeat(conn, epoch: int) -> list:
+    """The ids the heartbeat renewed."""
+    return [r["id"] for r in _heartbeat_rows(conn, epoch) if r["renewed"]]
+
+
+def _heartbeat_rows(conn, epoch: int) -> list:
     return conn.execute(
         db.query("heartbeat"), {"ids": [WF], "epochs": [epoch], "ttl": 5.0}
     ).fetchall()
@@ -59,7 +64,7 @@ def _heartbeat(conn, epoch: int) -> list:
 
 def test_the_heartbeat_renews_only_a_live_lease_of_its_own_epoch(row) -> None:
     _running(row, 3, 5)
-    assert [r["id"] for r in _heartbeat(row, 3)] == [WF]
+    assert _heartbeat(row, 3) == [WF]
     before = row.execute("select lease_expires_at from ilr.workflows where id = %s",
                          (WF,)).fetchone()["lease_expires_at"]  # fmt: skip
     assert _heartbeat(row, 2) == []  # a zombie's heartbeat: it learns it was fenced
@@ -71,6 +76,19 @@ def test_the_heartbeat_renews_only_a_live_lease_of_its_own_epoch(row) -> None:
     gone = row.execute("select lease_expires_at < now() as gone from ilr.workflows "
                        "where id = %s", (WF,)).fetchone()["gone"]  # fmt: skip
     assert gone
+
+
+def test_the_heartbeat_tells_a_run_that_ended_itself_from_a_fenced_one(row) -> None:
+    """A run's own last write (here: completed) can commit between the heartbeat's snapshot of
+    the worker's runs and its renewal: not renewed, but not fenced either (no `fenced` event)."""
+    _running(row, 3, -0.5)  # expired, still running: fenced
+    assert [(r["renewed"], r["ended"]) for r in _heartbeat_rows(row, 3)] == [(False, False)]
+    _running(row, 4, 5)
+    assert [(r["renewed"], r["ended"]) for r in _heartbeat_rows(row, 3)] == [(False, False)]
+    row.execute("update ilr.workflows set status = 'completed', "
+                "lease_expires_at = null where id = %s", (WF,))  # fmt: skip
+    assert [(r["renewed"], r["ended"]) for r in _heartbeat_rows(row, 4)] == [(False, True)]
+    assert [(r["renewed"], r["ended"]) for r in _heartbeat_rows(row, 3)] == [(False, False)]
 
 
 def test_a_commit_after_the_lease_expired_is_fenced_with_no_successor(

@@ -11,13 +11,24 @@ update ilr.workflows
 returning cancel_requested_at, now() as now, lease_expires_at;
 
 -- name: heartbeat
--- One statement renews every run a worker holds (docs/design.md#claims, batched). A run missing from
--- the result was fenced: its epoch moved on or its lease expired.
-update ilr.workflows w
-   set lease_expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
+-- One statement renews every run a worker holds (docs/design.md#claims, batched). One row per run
+-- asked about: `renewed`, or why not. `ended`: the row is no longer running under this epoch
+-- because the run itself ended it (completed, suspended, ...) between the worker's snapshot of its
+-- runs and this statement, which is not a fence; otherwise a run not renewed was fenced (its
+-- epoch moved on or its lease expired). The outer select reads the rows as they were before the
+-- update (one snapshot for the whole statement).
+with renewed as (
+  update ilr.workflows w
+     set lease_expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
+    from unnest(%(ids)s::text[], %(epochs)s::bigint[]) as h(id, epoch)
+   where w.id = h.id and w.epoch = h.epoch and w.status = 'running' and w.lease_expires_at > now()
+  returning w.id, w.cancel_requested_at
+)
+select h.id, r.id is not null as renewed, r.cancel_requested_at,
+       r.id is null and w.epoch = h.epoch and w.status <> 'running' as ended
   from unnest(%(ids)s::text[], %(epochs)s::bigint[]) as h(id, epoch)
- where w.id = h.id and w.epoch = h.epoch and w.status = 'running' and w.lease_expires_at > now()
-returning w.id, w.cancel_requested_at;
+  left join renewed r on r.id = h.id
+  left join ilr.workflows w on w.id = h.id;
 
 -- name: claim
 -- Claim due work (docs/design.md#claims): pending or sleeping rows whose time has come, and running rows
