@@ -111,7 +111,11 @@ def test_a_per_key_limit_holds_per_key_and_keys_run_side_by_side(dsn, workers,
 def test_rate_limits_per_queue_and_per_key(dsn, workers, tmp_path) -> None:
     """rate (2, 1 s): in any second at most 2 first starts. per_key_rate (1, 1 s) on another
     queue: each key's starts at least a second apart, while different keys start together."""
-    period, slack = 1.0, 0.15  # slack: a run's work begins a little after its claim
+    # Judged on the claims table (ground truth: the database's time of each run's first claim,
+    # which is what the rate spends), not on when the work began in the worker: on a busy
+    # machine that can come 0.2 s after its claim. slack: the claim's transaction start against
+    # the statement time the limit reads.
+    period, slack = 1.0, 0.05
     with Runtime(dsn) as rt:
         rt.register(queued_work)
         rt.queue("rated", rate=(2, period))
@@ -124,17 +128,18 @@ def test_rate_limits_per_queue_and_per_key(dsn, workers, tmp_path) -> None:
         workers("w1", concurrency=4)
         workers("w2", concurrency=4)
         finished(rt, rated + list(keyed), timeout=30)
-    began = sorted(s["began"] for s in times(tmp_path, rated).values())
+        claimed = {i: rt.claim_history(i)[0]["claimed_at"].timestamp() for i in rated + list(keyed)}
+    assert sorted(times(tmp_path, rated + list(keyed))) == sorted(rated + list(keyed))  # all ran
+    began = sorted(claimed[i] for i in rated)
     gaps = [round(later - first, 3) for first, later in zip(began, began[2:], strict=False)]
     assert min(gaps) >= period - slack, f"3 starts within {period}s: {gaps}"
-    spans = times(tmp_path, list(keyed))
     for key in "xy":
-        mine = sorted(s["began"] for i, s in spans.items() if keyed[i] == key)
+        mine = sorted(claimed[i] for i in keyed if keyed[i] == key)
         assert min(b - a for a, b in zip(mine, mine[1:], strict=False)) >= period - slack, (
             key,
             mine,
         )
-    firsts = [min(s["began"] for i, s in spans.items() if keyed[i] == key) for key in "xy"]
+    firsts = [min(claimed[i] for i in keyed if keyed[i] == key) for key in "xy"]
     assert abs(firsts[0] - firsts[1]) < period / 2  # the keys did not wait for each other
 
 
