@@ -284,16 +284,10 @@ class AsyncWorkflowContext(RunView):
         abandoned: an async body is cancelled; a plain one, in its thread, cannot be, and is
         left to finish with its outcome dropped (as the sync worker leaves it)."""
         run = self._run
-        limits: list[tuple[float, str]] = []
-        if clock is not None and clock.attempt_deadline is not None:
-            limits.append((clock.attempt_deadline, TimeoutKind.START_TO_CLOSE))
-        if clock is not None and clock.step_deadline is not None:
-            limits.append((clock.step_deadline, TimeoutKind.SCHEDULE_TO_CLOSE))
-        if run.execution_local is not None:
-            limits.append((run.execution_local, TimeoutKind.EXECUTION))
-        if not limits:
+        first = timeouts.first_limit(clock, run.execution_local)
+        if first is None:
             return await body()
-        deadline, kind = min(limits)
+        deadline, kind = first
         try:
             return await asyncio.wait_for(body(), max(0.0, deadline - time.monotonic()))
         except asyncio.TimeoutError:

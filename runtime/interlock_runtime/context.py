@@ -486,16 +486,10 @@ class WorkflowContext(RunView):
         first deadline the attempt is abandoned: StepTimedOut for a step limit (a failed
         attempt), WorkflowTimedOut for the workflow's."""
         clock, run = self._clock, self._run
-        limits: list[tuple[float, str]] = []
-        if clock is not None and clock.attempt_deadline is not None:
-            limits.append((clock.attempt_deadline, TimeoutKind.START_TO_CLOSE))
-        if clock is not None and clock.step_deadline is not None:
-            limits.append((clock.step_deadline, TimeoutKind.SCHEDULE_TO_CLOSE))
-        if run.execution_local is not None:
-            limits.append((run.execution_local, TimeoutKind.EXECUTION))
-        if not limits:
+        first = timeouts.first_limit(clock, run.execution_local)
+        if first is None:
             return body()
-        deadline, kind = min(limits)
+        deadline, kind = first
         try:
             return timeouts.run_until(body, deadline)
         except timeouts.Abandoned:

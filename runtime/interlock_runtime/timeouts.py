@@ -124,6 +124,21 @@ class Abandoned(Exception):
     """The body did not finish by the deadline; it runs on in its thread, its outcome dropped."""
 
 
+def first_limit(clock: StepClock | None, execution_local: float | None
+                ) -> tuple[float, str] | None:  # fmt: skip
+    """The first deadline a body runs under (local monotonic time) and which timeout it is:
+    its attempt's start_to_close, its step's schedule_to_close, the workflow's execution
+    deadline; None without any."""
+    limits: list[tuple[float, str]] = []
+    if clock is not None and clock.attempt_deadline is not None:
+        limits.append((clock.attempt_deadline, TimeoutKind.START_TO_CLOSE))
+    if clock is not None and clock.step_deadline is not None:
+        limits.append((clock.step_deadline, TimeoutKind.SCHEDULE_TO_CLOSE))
+    if execution_local is not None:
+        limits.append((execution_local, TimeoutKind.EXECUTION))
+    return min(limits) if limits else None
+
+
 def run_until(body: Callable[[], Any], deadline: float) -> Any:
     """Run body() in a helper thread and wait for it until the monotonic `deadline`: its value,
     or its exception raised again here, or Abandoned. The helper runs in a copy of this
