@@ -176,6 +176,23 @@ def start_in(conn: db.Conn, *, wf_id: str, name: str, version: str | None,
     return inserted, version  # a pending run's NOTIFY went with its insert
 
 
+def start_served(conn: db.Conn, *, wf_id: str, name: str, wanted_version: str | None,
+                 input_text: str, queue: str, priority: int, queue_key: str | None,
+                 dedup_id: str | None, traceparent: str | None) -> bool:  # fmt: skip
+    """rt.start's usual case as one autocommit statement (sql start_served): a deployed
+    version, a new id. True when it inserted the run; False when it wrote nothing (no
+    deployment serves the name, the id is taken, or the dedup id is held): the caller then
+    takes the general form, start_in in a transaction, which handles each of those."""
+    params = {"id": wf_id, "name": name, "input": db.jsonb(json.loads(input_text)), "queue": queue,
+              "priority": priority, "queue_key": queue_key, "dedup_id": dedup_id,
+              "wanted_version": wanted_version, "traceparent": traceparent}  # fmt: skip
+    try:
+        row = db.one(conn.execute(db.query("start_served"), params))
+    except psycopg.errors.UniqueViolation:  # a held dedup id; autocommit: nothing is left open
+        return False
+    return row["id"] is not None
+
+
 def same_start(conn: db.Conn, wf_id: str, existing: db.Row, *, name: str, wanted: str | None,
                input_text: str, queue: str, priority: int, queue_key: str | None,
                dedup_id: str | None) -> bool:  # fmt: skip

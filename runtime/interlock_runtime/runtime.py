@@ -177,6 +177,8 @@ class Runtime:
                 "priority": queueing.priority(priority),
                 "queue_key": validate.optional_name(queue_key, "queue_key"),
                 "dedup_id": validate.optional_name(dedup_id, "dedup_id")}  # fmt: skip
+        if execution_timeout is None and self._start_served(wf_id, name, version, opts):
+            return wf_id
         try:
             resolved: str | None = self._resolve_version(name, version)
         except UnknownWorkflow:
@@ -207,6 +209,22 @@ class Runtime:
             "or other queue options or execution timeout; choose a new id to start another "
             "workflow"
         )
+
+    def _start_served(self, wf_id: str, name: str, version: str | None,
+                      opts: dict[str, Any]) -> bool:  # fmt: skip
+        """The usual start in one statement and one round trip (queues.start_served). False:
+        nothing written, or not known to be; the general form that follows finds out (a start
+        is idempotent on its id, so a statement lost with its connection is safe to repeat)."""
+        parent = telemetry.start_context()
+        try:
+            with self._lock:
+                inserted = queueing.start_served(self._live(), wf_id=wf_id, wanted_version=version,
+                                                 traceparent=parent, **opts)  # fmt: skip
+        except psycopg.OperationalError:
+            return False
+        if inserted:
+            telemetry.start_noted(wf_id, name)
+        return inserted
 
     def _resolve_version(self, name: str, version: str | None) -> str:
         if version is not None:

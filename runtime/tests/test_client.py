@@ -89,6 +89,39 @@ def test_start_by_name_uses_the_newest_version(dsn) -> None:
         assert rt.describe("wf-v")["version"] == "2"
 
 
+def test_a_start_of_a_served_workflow_is_one_round_trip(dsn, tmp_path) -> None:
+    """rt.start by name of a deployed workflow under a new id is one statement in one commit
+    (start_served), counted as the server's ReadyForQuery messages in libpq's protocol trace;
+    the version it records is the one the general form would (the newest, or the one asked
+    for), and a second start with that id still goes the general way and compares."""
+    from psycopg import pq
+
+    @workflow(name="served", version="1")
+    def s1(ctx, inp):
+        return 1
+
+    @workflow(name="served", version="2")
+    def s2(ctx, inp):
+        return 2
+
+    with Runtime(dsn) as rt:
+        rt.register(s1, s2)
+        trace = tmp_path / "start.trace"
+        with open(trace, "w") as f:
+            rt._conn.pgconn.trace(f.fileno())
+            rt._conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+            rt.start("served", "wf-new", {"n": 1})
+            rt.start("served", "wf-old", {"n": 1}, version="1")
+            rt._conn.pgconn.untrace()
+        ready = [line for line in trace.read_text().splitlines() if "\tReadyForQuery" in line]
+        assert len(ready) == 2, trace.read_text()
+        assert rt.describe("wf-new")["version"] == "2"
+        assert rt.describe("wf-old")["version"] == "1"
+        assert rt.start("served", "wf-new", {"n": 1}) == "wf-new"
+        with pytest.raises(WorkflowConflict):
+            rt.start("served", "wf-new", {"n": 2})
+
+
 def test_workflow_decorator_rejects_bad_names() -> None:
     with pytest.raises(ValueError, match="letters, digits"):
         workflow(name="has space")(lambda ctx, inp: None)

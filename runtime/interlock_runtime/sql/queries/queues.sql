@@ -227,6 +227,32 @@ woken as (
   select pg_notify('ilr_ready', id) from started where status = 'pending')
 select id, (select count(*) from woken) as woken from started;
 
+-- name: start_served
+-- rt.start's usual case in one statement, sent in autocommit: one round trip and one commit,
+-- where the general form (start_workflow in a transaction) takes four. The version is the one
+-- asked for if it is deployed, else the newest live one, exactly as rt.start resolves it; the
+-- run is inserted pending and wakes the workers. No version found, or the id taken: nothing is
+-- written (version tells which), and rt.start goes the general way (awaiting_worker, or the
+-- comparison with the first start). The trace context goes in with the row.
+with served as (
+  select version from ilr.deployments
+   where name = %(name)s
+     and case when %(wanted_version)s::text is null then retired_at is null
+              else version = %(wanted_version)s end
+   order by created_at desc, version desc limit 1),
+started as (
+  insert into ilr.workflows (id, name, version, input, status, queue, priority, queue_key,
+                             dedup_id, wanted_version, traceparent)
+  select %(id)s, %(name)s, served.version, %(input)s, 'pending', %(queue)s, %(priority)s,
+         %(queue_key)s, %(dedup_id)s, %(wanted_version)s, %(traceparent)s
+    from served
+  on conflict (id) do nothing
+  returning id),
+woken as (
+  select pg_notify('ilr_ready', id) from started)
+select (select version from served) as version, (select id from started) as id,
+       (select count(*) from woken) as woken;
+
 -- name: dedup_holder
 -- The live run that holds a (queue, dedup_id), for the refusal's message.
 select id, status from ilr.workflows
