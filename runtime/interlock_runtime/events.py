@@ -17,8 +17,24 @@ from . import telemetry
 log = logging.getLogger("interlock_runtime.worker")
 
 
+# Events that say something went wrong or was refused are WARNING, the routine ones (claimed,
+# step_started, completed, heartbeat, ...) INFO: `interlock worker --log-level warning` keeps
+# only these, and spares a busy worker three formatted lines per workflow.
+WARNING_EVENTS = frozenset({
+    "fenced", "stuck", "failed", "timed_out", "abandoned", "step_abandoned", "heartbeat_failed",
+    "db_unavailable", "loop_blocked", "loop_lag", "schedule_error", "settle_audit_failed",
+})  # fmt: skip
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 def emit(event: str, **fields: Any) -> None:
-    log.info(event, extra={"event": event, "fields": fields})
+    level = logging.WARNING if event in WARNING_EVENTS else logging.INFO
+    if log.isEnabledFor(level):
+        # the record made directly, not log.log(): no walk up the stack for the caller's file
+        # and line, which no event shows
+        log.handle(log.makeRecord(log.name, level, "", 0, event, (), None,
+                                  extra={"event": event, "fields": fields}))  # fmt: skip
     telemetry.on_event(event, fields)  # a run's outcome, a heartbeat's gap (docs/observability.md)
 
 

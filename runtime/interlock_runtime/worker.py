@@ -41,7 +41,7 @@ from .errors import (
     UnsafeDatabase,
     WorkflowTimedOut,
 )
-from .events import LOG_FORMATS, emit, formatter, log
+from .events import LOG_FORMATS, LOG_LEVELS, emit, formatter, log
 from .queues import Claimer, served
 from .runtime import register_deployment
 from .schedules import Scheduler
@@ -516,6 +516,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--log-format", choices=LOG_FORMATS, default=None,
                    help="events on stderr as text lines or JSON lines (default: text on a "
                         "terminal, json otherwise)")  # fmt: skip
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                   help="the least level of event shown: info shows every event, warning only "
+                        "the ones that say something went wrong or was refused (fenced, stuck, "
+                        "failed, timed_out, ...; docs/observability.md#logs)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -546,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter(args.log_format or ("text" if sys.stderr.isatty() else "json")))
     log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    log.setLevel(args.log_level.upper())
     log.propagate = False
     defs = select_workflows(args.module, args.only)
     if not defs:

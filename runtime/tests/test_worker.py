@@ -14,7 +14,7 @@ import pytest
 from flows import three_steps
 
 from conftest import TESTS, read_jsonl, wait_for
-from interlock_runtime import Runtime
+from interlock_runtime import Runtime, WorkflowFailed
 
 
 def test_sigterm_finishes_the_current_step_and_hands_the_run_back(dsn, workers, tmp_path) -> None:
@@ -41,6 +41,22 @@ def test_sigterm_finishes_the_current_step_and_hands_the_run_back(dsn, workers, 
     assert [i["step"] for i in read_jsonl(log)] == ["s1", "s2", "s3"]  # nothing ran twice
     events = [e["event"] for e in first.events()]
     assert "released" in events and events[-1] == "stopped"
+
+
+def test_log_level_warning_keeps_the_trouble_and_drops_the_routine_events(dsn, workers) -> None:
+    """--log-level warning: a failed run's `failed` is written, the routine `claimed`,
+    `step_started`, `completed` and `stopped` are not (by default every event is)."""
+    quiet = workers("Wq", extra_args=("--log-level", "warning"))
+    with Runtime(dsn) as rt:
+        rt.start("echo", "wf-ok", {"x": 1})
+        rt.start("non_retryable", "wf-no", {})
+        rt.result("wf-ok", timeout=20)
+        with pytest.raises(WorkflowFailed):
+            rt.result("wf-no", timeout=20)
+    quiet.signal(signal.SIGTERM)
+    assert quiet.proc.wait(timeout=15) == 0
+    events = [e["event"] for e in quiet.events()]
+    assert events == ["failed"], events
 
 
 def _write_module(path: Path, body: str) -> None:
