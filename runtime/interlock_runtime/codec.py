@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import sys
 import types
 import typing
@@ -390,11 +391,24 @@ def convert(value: Any, hint: Any, path: str = "the input") -> Any:
 def input_hint(fn: Any) -> Any:
     """The type a workflow function `fn(ctx, input)` declares for its input, or None (no
     annotation, or one that does not resolve)."""
+    try:
+        hash(fn)
+    except TypeError:  # a callable object that cannot be a cache key: resolved each time
+        return _resolve_hint(fn)
+    return _resolve_hint(fn, cached=True)
+
+
+def _resolve_hint(fn: Any, cached: bool = False) -> Any:
+    try:
+        return _declared_input(fn) if cached else _declared_input.__wrapped__(fn)
+    except Exception:  # unresolvable annotations: the input is used as recorded (not cached:
+        return None  # a name defined later may resolve on the next run)
+
+
+@functools.lru_cache(maxsize=4096)  # once per workflow function, not on every run
+def _declared_input(fn: Any) -> Any:
     import inspect
 
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-        hints = typing.get_type_hints(fn)
-    except Exception:  # unresolvable annotations: the input is used as recorded
-        return None
+    params = list(inspect.signature(fn).parameters.values())
+    hints = typing.get_type_hints(fn)
     return hints.get(params[1].name) if len(params) >= 2 else None

@@ -186,3 +186,18 @@ def test_a_plain_document_is_read_as_the_declared_input_type() -> None:
         codec.convert({"sku": "a", "qty": 1, "colour": "red"}, tf.Line)
     with pytest.raises(RecordedTypeError, match="does not fit Line"):
         codec.convert({"sku": "a"}, tf.Line)
+
+
+def test_input_hint_is_resolved_once_per_function_and_again_while_it_does_not_resolve() -> None:
+    """The declared input type is looked up once per workflow function (not on every run);
+    an annotation that does not resolve yet is not remembered, so it resolves once it can."""
+    from interlock_runtime import codec
+
+    ns: dict = {}
+    exec("from __future__ import annotations\ndef wf(ctx, inp: Later): pass", ns)
+    assert codec.input_hint(ns["wf"]) is None
+    exec("class Later: pass", ns)  # the function's globals now define it
+    assert codec.input_hint(ns["wf"]) is ns["Later"]
+    hits = codec._declared_input.cache_info().hits
+    assert codec.input_hint(ns["wf"]) is ns["Later"]
+    assert codec._declared_input.cache_info().hits == hits + 1
