@@ -2145,6 +2145,24 @@ runtime and the harness, and what was tried and dropped:
 5. Heartbeats are logged with the gap between renewals; the refund shape reports the worst.
 6. The harness's model client (world/model_stub.decide_amount) keeps one anthropic SDK client
    per process instead of one per call, for the runtime and for Temporal alike.
+7. Issue 23, continued: rt.start of a deployed workflow under a new id is one statement sent
+   in autocommit (start_served: the version's resolution, the insert with its trace context
+   and the NOTIFY), so its 4 round trips become 1 and its client CPU falls with them; the
+   worker's events have levels and the bench runs the runtime's workers at --log-level
+   warning, as DBOS runs at log_level WARNING (the three routine lines per workflow were a
+   fifth of the sync worker's Python time under the throughput batch); a workflow function's
+   declared input type is resolved once, not on every run. About half of what is left of the
+   p50 overhead is the three durable commits a workflow waits for one after another (the
+   "lone commit" column measures one: the same writes as one statement, one client paced at
+   40/s, on the same machine in the same run); the rest is the harness's 1 ms status poll,
+   the wake-ups of idle processes (NOTIFY to the claim loop, the claim loop to a run thread)
+   and Python. The claim's commit cannot be made asynchronous
+   (synchronous_commit off) to save one of them: the fence compares the claim's epoch, and a
+   claim lost with a server crash would let the next claimer be handed the same epoch while
+   the first worker still runs with it. Tried and not adopted: plan_cache_mode
+   force_generic_plan on the worker's connections (its statements were 15 to 20% faster in a
+   micro-benchmark, but a generic plan for the claim cannot see its limit or the served pairs,
+   and was not measured across queue shapes).
 
 What is left: a gated effect is its two transactions, T_dispatch and T_commit; a decide before
 it keeps its own commit, because the decision must be durable before the effect's premise read
