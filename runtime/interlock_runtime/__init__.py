@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .async_client import AsyncRuntime
 from .context import Decision, RetryPolicy, WorkflowContext
 from .effects import EffectRefused, EffectResult
 from .errors import (
@@ -59,6 +60,7 @@ def __getattr__(name: str) -> type[Worker]:
 
 __all__ = [
     "AsyncHttpTarget",
+    "AsyncRuntime",
     "Cancelled",
     "Decision",
     "CodeChanged",

@@ -290,22 +290,32 @@ class Runtime:
         poll = validate.number(poll, "poll", low=0.001, high=60, unit="seconds")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
-            if row is None:
-                raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
-            if row["status"] == "completed":
-                return row["result"] if raw else codec.decode(row["result"])
-            if row["status"] == "continued":
-                wf_id = row["result"]["continued_as"]
+            ended, value = self.result_now(wf_id, raw=raw)
+            if ended:
+                return value
+            if value != wf_id:  # continued as new: follow it at once
+                wf_id = value
                 continue
-            if row["status"] in TERMINAL:
-                raise WorkflowFailed(wf_id, row["status"], row["error"])
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"workflow {wf_id!r} is still {row['status']} after {timeout}s; "
-                    "is a worker running for it?"
-                )
+                raise _still_running(wf_id, timeout)
             time.sleep(poll)
+
+    def result_now(self, wf_id: str, *, raw: bool = False) -> tuple[bool, Any]:
+        """One look at a workflow for result(): (True, its result) when it completed, (False,
+        the id to wait on) otherwise, its successor's when it continued as new. Raises
+        WorkflowFailed when it ended otherwise, WorkflowNotFound when there is no such id."""
+        check_id(wf_id)
+        row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
+        if row is None:
+            raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
+        if row["status"] == "completed":
+            return True, row["result"] if raw else codec.decode(row["result"])
+        if row["status"] == "continued":
+            successor: str = row["result"]["continued_as"]
+            return False, successor
+        if row["status"] in TERMINAL:
+            raise WorkflowFailed(wf_id, row["status"], row["error"])
+        return False, wf_id
 
     # -- queues (queues.py, docs/queues.md) ----------------------------------------------------
 
@@ -653,6 +663,11 @@ class Runtime:
                                  "epoch": claim["epoch"], "status": claim["prev_status"]})  # fmt: skip
             done.append({**orphan, "outcome": status})
         return done
+
+
+def _still_running(wf_id: str, timeout: float | None) -> TimeoutError:
+    return TimeoutError(f"workflow {wf_id!r} has not ended after {timeout}s; is a worker "
+                        "running for it? (rt.describe shows where it is)")  # fmt: skip
 
 
 def revoke_in(conn: db.Conn, grant_id: str, by: str | None = None) -> list[str]:

@@ -1,0 +1,109 @@
+"""AsyncRuntime: the client for asyncio code (docs/async.md#client).
+
+    async with AsyncRuntime(dsn) as rt:
+        await rt.start(triage, "ticket-42", {"ticket": 42})
+        answer = await rt.result("ticket-42", timeout=60)
+
+Every method of Runtime is here as a coroutine that runs the Runtime's own code in a thread
+(asyncio.to_thread), so an await never blocks the event loop and every check, error and
+guarantee is the sync client's, not a second implementation of them. result() is the one
+that differs: it waits with asyncio.sleep between its looks, so a thousand awaited results
+hold no thread between polls. recover_orphans() with an async target works here too: in its
+thread each send runs on a loop of its own, which it could not do inside the caller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from . import validate
+from .runtime import Runtime, _still_running
+
+
+class AsyncRuntime:
+    """A client of one Interlock database for asyncio code. Connects on first use (or on
+    `async with`); `aclose()` closes it. Safe to share between the tasks of one loop."""
+
+    def __init__(self, dsn: str | None = None, *, create_schema: bool = True) -> None:
+        self._dsn, self._create_schema = dsn, create_schema
+        self._rt: Runtime | None = None
+        self._opening = asyncio.Lock()
+
+    async def runtime(self) -> Runtime:
+        """The sync client underneath, connected in a thread the first time."""
+        if self._rt is None:
+            async with self._opening:
+                if self._rt is None:
+                    self._rt = await asyncio.to_thread(Runtime, self._dsn,
+                                                       create_schema=self._create_schema)  # fmt: skip
+        return self._rt
+
+    async def __aenter__(self) -> AsyncRuntime:
+        await self.runtime()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._rt is not None:
+            rt, self._rt = self._rt, None
+            await asyncio.to_thread(rt.close)
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        rt = await self.runtime()
+        return await asyncio.to_thread(getattr(rt, name), *args, **kwargs)
+
+    # The usual calls, typed; every other Runtime method comes through __getattr__.
+
+    async def start(self, workflow: Any, wf_id: str, input: Any = None,
+                    version: str | None = None, **options: Any) -> str:  # fmt: skip
+        """Runtime.start: idempotent on wf_id; `options` are its keywords (queue, priority,
+        queue_key, dedup_id, wait_for_worker, execution_timeout)."""
+        started: str = await self._call("start", workflow, wf_id, input, version, **options)
+        return started
+
+    async def signal(self, wf_id: str, name: str, payload: Any = None,
+                     sender: str | None = None) -> int:  # fmt: skip
+        """Runtime.signal: a durable signal, one transaction."""
+        sid: int = await self._call("signal", wf_id, name, payload, sender)
+        return sid
+
+    async def describe(self, wf_id: str) -> dict[str, Any]:
+        """Runtime.describe: the workflow row, its steps, claims and effects."""
+        row: dict[str, Any] = await self._call("describe", wf_id)
+        return row
+
+    async def result(self, wf_id: str, timeout: float | None = None, poll: float = 0.1, *,
+                     raw: bool = False) -> Any:  # fmt: skip
+        """Runtime.result, awaited: its result, WorkflowFailed if it ended otherwise, a run
+        that continued as new followed to its successor, TimeoutError after `timeout`. Each
+        look is Runtime.result_now in a thread; between looks it holds none."""
+        timeout = validate.seconds(timeout, "timeout")
+        poll = validate.number(poll, "poll", low=0.001, high=60, unit="seconds")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ended, value = await self._call("result_now", wf_id, raw=raw)
+            if ended:
+                return value
+            if value != wf_id:  # continued as new: follow it at once
+                wf_id = value
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _still_running(wf_id, timeout)
+            await asyncio.sleep(poll)
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        if name.startswith("_") or not callable(getattr(Runtime, name, None)):
+            raise AttributeError(f"AsyncRuntime has no attribute {name!r} (it has Runtime's "
+                                 "public methods, each as a coroutine)")  # fmt: skip
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await self._call(name, *args, **kwargs)
+
+        call.__name__ = call.__qualname__ = name
+        call.__doc__ = getattr(Runtime, name).__doc__
+        return call
