@@ -97,6 +97,8 @@ class AsyncRuntime:
             await asyncio.sleep(poll)
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        if name == "close":
+            raise AttributeError("AsyncRuntime closes with `await rt.aclose()` (or `async with`)")
         if name.startswith("_") or not callable(getattr(Runtime, name, None)):
             raise AttributeError(f"AsyncRuntime has no attribute {name!r} (it has Runtime's "
                                  "public methods, each as a coroutine)")  # fmt: skip

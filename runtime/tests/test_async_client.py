@@ -65,6 +65,8 @@ def test_every_runtime_method_is_a_coroutine_and_errors_are_the_sync_clients(dsn
             assert rt.list.__doc__ == Runtime.list.__doc__
             with pytest.raises(AttributeError, match="Runtime's public methods"):
                 rt.no_such_method  # noqa: B018
+            with pytest.raises(AttributeError, match="aclose"):
+                rt.close  # noqa: B018
         finally:
             await rt.aclose()
 
