@@ -86,14 +86,14 @@ class AsyncRuntime:
         poll = validate.number(poll, "poll", low=0.001, high=60, unit="seconds")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            ended, value = await self._call("result_now", wf_id, raw=raw)
+            ended, value, status = await self._call("result_now", wf_id, raw=raw)
             if ended:
                 return value
             if value != wf_id:  # continued as new: follow it at once
                 wf_id = value
                 continue
             if deadline is not None and time.monotonic() >= deadline:
-                raise _still_running(wf_id, timeout)
+                raise _still_running(wf_id, status, timeout)
             await asyncio.sleep(poll)
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:

@@ -290,32 +290,32 @@ class Runtime:
         poll = validate.number(poll, "poll", low=0.001, high=60, unit="seconds")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            ended, value = self.result_now(wf_id, raw=raw)
+            ended, value, status = self.result_now(wf_id, raw=raw)
             if ended:
                 return value
             if value != wf_id:  # continued as new: follow it at once
                 wf_id = value
                 continue
             if deadline is not None and time.monotonic() >= deadline:
-                raise _still_running(wf_id, timeout)
+                raise _still_running(wf_id, status, timeout)
             time.sleep(poll)
 
-    def result_now(self, wf_id: str, *, raw: bool = False) -> tuple[bool, Any]:
-        """One look at a workflow for result(): (True, its result) when it completed, (False,
-        the id to wait on) otherwise, its successor's when it continued as new. Raises
-        WorkflowFailed when it ended otherwise, WorkflowNotFound when there is no such id."""
+    def result_now(self, wf_id: str, *, raw: bool = False) -> tuple[bool, Any, str]:
+        """One look at a workflow for result(): (True, its result, status) when it completed,
+        else (False, the id to wait on, status): its successor's when it continued as new.
+        Raises WorkflowFailed when it ended otherwise, WorkflowNotFound for no such id."""
         check_id(wf_id)
         row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
         if row is None:
             raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
         if row["status"] == "completed":
-            return True, row["result"] if raw else codec.decode(row["result"])
+            return True, row["result"] if raw else codec.decode(row["result"]), row["status"]
         if row["status"] == "continued":
             successor: str = row["result"]["continued_as"]
-            return False, successor
+            return False, successor, row["status"]
         if row["status"] in TERMINAL:
             raise WorkflowFailed(wf_id, row["status"], row["error"])
-        return False, wf_id
+        return False, wf_id, row["status"]
 
     # -- queues (queues.py, docs/queues.md) ----------------------------------------------------
 
@@ -665,8 +665,8 @@ class Runtime:
         return done
 
 
-def _still_running(wf_id: str, timeout: float | None) -> TimeoutError:
-    return TimeoutError(f"workflow {wf_id!r} has not ended after {timeout}s; is a worker "
+def _still_running(wf_id: str, status: str, timeout: float | None) -> TimeoutError:
+    return TimeoutError(f"workflow {wf_id!r} is still {status} after {timeout}s; is a worker "
                         "running for it? (rt.describe shows where it is)")  # fmt: skip
 
 
