@@ -1488,11 +1488,11 @@ WITH u AS (UPDATE acct SET n = n + 1 WHERE id = :id RETURNING id) INSERT INTO hi
 
 
 def pgbench(admin: str, wal_bytes_per_tx: float | None, clients: list[int], seconds: float,
-            reps: int, rate: float | None = None) -> dict:  # fmt: skip
+            reps: int, rate: float | None = None, script: str = PGBENCH_SCRIPT) -> dict:  # fmt: skip
     """TPS of a small write transaction (UPDATE + INSERT) sized to the runtime's WAL bytes per
     write transaction, at each client count: the physical limit of this cluster. `rate`
-    (transactions/s, pgbench -R) paces them instead, each one statement (PGBENCH_ONE_STATEMENT):
-    their latency is then that of a commit that comes alone, after the machine was idle."""
+    (transactions/s, pgbench -R) paces them instead: their latency is then that of a commit
+    that comes alone, after the machine was idle. `script`: the transaction's pgbench script."""
     pad = 100 if not wal_bytes_per_tx else max(0, int(wal_bytes_per_tx) - 330)
     exe = str(pg_bin_dir() / "pgbench")
     results: dict[str, Any] = {"pad_bytes": pad, "seconds": seconds, "by_clients": {}}
@@ -1500,15 +1500,15 @@ def pgbench(admin: str, wal_bytes_per_tx: float | None, clients: list[int], seco
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(PGBENCH_INIT)
         with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
-            f.write((PGBENCH_ONE_STATEMENT if rate else PGBENCH_SCRIPT).replace("{pad}", str(pad)))
-            script = f.name
+            f.write(script.replace("{pad}", str(pad)))
+            path = f.name
         try:
             for c in clients:
                 runs = []
                 for _ in range(reps):
                     before = counters(admin)
                     cmd = [exe, "-n", "-M", "prepared", "-c", str(c), "-j", str(min(c, 2)),
-                           "-T", str(int(seconds)), "-f", script, dsn]  # fmt: skip
+                           "-T", str(int(seconds)), "-f", path, dsn]  # fmt: skip
                     if rate:
                         cmd[1:1] = ["-R", str(rate)]
                     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
@@ -1530,7 +1530,7 @@ def pgbench(admin: str, wal_bytes_per_tx: float | None, clients: list[int], seco
                     "wal_bytes_per_tx": spread([r["wal_bytes_per_tx"] for r in runs if r.get("wal_bytes_per_tx")]),
                 }  # fmt: skip
         finally:
-            os.unlink(script)
+            os.unlink(path)
     return results
 
 
@@ -1570,7 +1570,8 @@ def lone_commit_ms(admin: str, size: float | None, cfg: dict) -> float | None:
     """The latency of the same write transaction from one client paced at LONE_RATE/s: what
     a durable commit costs when it comes alone, after the machine was idle, as each of a
     sequential workflow's does (the floor under the p50 overhead: CRITICAL_COMMITS of them)."""
-    pb = pgbench(admin, size, [1], cfg["pgbench_seconds"], 1, rate=LONE_RATE)
+    pb = pgbench(admin, size, [1], cfg["pgbench_seconds"], 1, rate=LONE_RATE,
+                 script=PGBENCH_ONE_STATEMENT)  # fmt: skip
     run = pb["by_clients"]["1"]["runs"][0]
     if run.get("latency_ms") is None:
         return None

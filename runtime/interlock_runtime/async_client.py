@@ -15,12 +15,10 @@ thread each send runs on a loop of its own, which it could not do inside the cal
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from . import validate
-from .runtime import Runtime, _still_running
+from .runtime import ResultWait, Runtime
 
 
 class AsyncRuntime:
@@ -82,19 +80,13 @@ class AsyncRuntime:
         """Runtime.result, awaited: its result, WorkflowFailed if it ended otherwise, a run
         that continued as new followed to its successor, TimeoutError after `timeout`. Each
         look is Runtime.result_now in a thread; between looks it holds none."""
-        timeout = validate.seconds(timeout, "timeout")
-        poll = validate.number(poll, "poll", low=0.001, high=60, unit="seconds")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = ResultWait(wf_id, timeout, poll)
         while True:
-            ended, value, status = await self._call("result_now", wf_id, raw=raw)
+            look = await self._call("result_now", wait.wf_id, raw=raw)
+            ended, value, pause = wait.after(look)
             if ended:
                 return value
-            if value != wf_id:  # continued as new: follow it at once
-                wf_id = value
-                continue
-            if deadline is not None and time.monotonic() >= deadline:
-                raise _still_running(wf_id, status, timeout)
-            await asyncio.sleep(poll)
+            await asyncio.sleep(pause)
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         if name == "close":

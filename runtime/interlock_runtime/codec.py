@@ -36,6 +36,7 @@ import sys
 import types
 import typing
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 from enum import Enum
 from typing import Any
@@ -391,16 +392,14 @@ def convert(value: Any, hint: Any, path: str = "the input") -> Any:
 def input_hint(fn: Any) -> Any:
     """The type a workflow function `fn(ctx, input)` declares for its input, or None (no
     annotation, or one that does not resolve)."""
+    resolve: Callable[[Any], Any]
     try:
         hash(fn)
+        resolve = _declared_input
     except TypeError:  # a callable object that cannot be a cache key: resolved each time
-        return _resolve_hint(fn)
-    return _resolve_hint(fn, cached=True)
-
-
-def _resolve_hint(fn: Any, cached: bool = False) -> Any:
+        resolve = _declared_input.__wrapped__
     try:
-        return _declared_input(fn) if cached else _declared_input.__wrapped__(fn)
+        return resolve(fn)
     except Exception:  # unresolvable annotations: the input is used as recorded (not cached:
         return None  # a name defined later may resolve on the next run)
 

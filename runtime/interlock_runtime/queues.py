@@ -157,9 +157,8 @@ def start_in(conn: db.Conn, *, wf_id: str, name: str, version: str | None,
                           {"name": name, "version": wanted_version}).fetchone():  # fmt: skip
             version = wanted_version
     status = WorkflowStatus.PENDING if version else WorkflowStatus.AWAITING_WORKER
-    params = {"id": wf_id, "name": name, "version": version, "status": str(status),
-              "input": db.jsonb(json.loads(input_text)), "queue": queue, "priority": priority,
-              "queue_key": queue_key, "dedup_id": dedup_id, "wanted_version": wanted_version}  # fmt: skip
+    params = {**_row(wf_id, name, wanted_version, input_text, queue, priority, queue_key,
+                     dedup_id), "version": version, "status": str(status)}  # fmt: skip
     try:
         # a savepoint where a dedup refusal may come (it leaves the caller's transaction open);
         # without a dedup id none can, and the insert saves the savepoint's two round trips
@@ -183,14 +182,21 @@ def start_served(conn: db.Conn, *, wf_id: str, name: str, wanted_version: str | 
     version, a new id. True when it inserted the run; False when it wrote nothing (no
     deployment serves the name, the id is taken, or the dedup id is held): the caller then
     takes the general form, start_in in a transaction, which handles each of those."""
-    params = {"id": wf_id, "name": name, "input": db.jsonb(json.loads(input_text)), "queue": queue,
-              "priority": priority, "queue_key": queue_key, "dedup_id": dedup_id,
-              "wanted_version": wanted_version, "traceparent": traceparent}  # fmt: skip
+    params = {**_row(wf_id, name, wanted_version, input_text, queue, priority, queue_key,
+                     dedup_id), "traceparent": traceparent}  # fmt: skip
     try:
         row = db.one(conn.execute(db.query("start_served"), params))
     except psycopg.errors.UniqueViolation:  # a held dedup id; autocommit: nothing is left open
         return False
     return row["id"] is not None
+
+
+def _row(wf_id: str, name: str, wanted_version: str | None, input_text: str, queue: str,
+         priority: int, queue_key: str | None, dedup_id: str | None) -> dict[str, Any]:  # fmt: skip
+    """The parameters both forms of a start write into the new run's row."""
+    return {"id": wf_id, "name": name, "input": db.jsonb(json.loads(input_text)), "queue": queue,
+            "priority": priority, "queue_key": queue_key, "dedup_id": dedup_id,
+            "wanted_version": wanted_version}  # fmt: skip
 
 
 def same_start(conn: db.Conn, wf_id: str, existing: db.Row, *, name: str, wanted: str | None,

@@ -215,7 +215,7 @@ class Runtime:
         """The usual start in one statement and one round trip (queues.start_served). False:
         nothing written, or not known to be; the general form that follows finds out (a start
         is idempotent on its id, so a statement lost with its connection is safe to repeat)."""
-        parent = telemetry.start_context()
+        parent = telemetry.traceparent()  # None without a valid span
         try:
             with self._lock:
                 inserted = queueing.start_served(self._live(), wf_id=wf_id, wanted_version=version,
@@ -285,20 +285,12 @@ class Runtime:
         (seconds, finite, >= 0) None waits for ever; `poll` is 0.001-60 seconds. A typed
         result comes back as its type (its class must be imported in this process, else
         RecordedTypeError says so); raw=True returns the recorded JSON instead."""
-        check_id(wf_id)
-        timeout = validate.seconds(timeout, "timeout")
-        poll = validate.number(poll, "poll", low=0.001, high=60, unit="seconds")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = ResultWait(wf_id, timeout, poll)
         while True:
-            ended, value, status = self.result_now(wf_id, raw=raw)
+            ended, value, pause = wait.after(self.result_now(wait.wf_id, raw=raw))
             if ended:
                 return value
-            if value != wf_id:  # continued as new: follow it at once
-                wf_id = value
-                continue
-            if deadline is not None and time.monotonic() >= deadline:
-                raise _still_running(wf_id, status, timeout)
-            time.sleep(poll)
+            time.sleep(pause)
 
     def result_now(self, wf_id: str, *, raw: bool = False) -> tuple[bool, Any, str]:
         """One look at a workflow for result(): (True, its result, status) when it completed,
@@ -665,9 +657,33 @@ class Runtime:
         return done
 
 
-def _still_running(wf_id: str, status: str, timeout: float | None) -> TimeoutError:
-    return TimeoutError(f"workflow {wf_id!r} is still {status} after {timeout}s; is a worker "
-                        "running for it? (rt.describe shows where it is)")  # fmt: skip
+class ResultWait:
+    """The waiting of result(), without its sleeping, for both clients (the sync one sleeps,
+    AsyncRuntime awaits asyncio.sleep): the checked timeout and poll, the id waited on (a
+    successor's once the run continued as new), and the deadline."""
+
+    def __init__(self, wf_id: str, timeout: float | None, poll: float) -> None:
+        check_id(wf_id)
+        self.wf_id = wf_id
+        self.timeout = validate.seconds(timeout, "timeout")
+        self.poll = validate.number(poll, "poll", low=0.001, high=60, unit="seconds")
+        self.deadline = None if self.timeout is None else time.monotonic() + self.timeout
+
+    def after(self, look: tuple[bool, Any, str]) -> tuple[bool, Any, float]:
+        """Given one result_now(): (True, the result, 0) when it ended, else (False, None,
+        seconds to pause before the next look: 0 to follow a successor at once). Raises
+        TimeoutError past the deadline."""
+        ended, value, status = look
+        if ended:
+            return True, value, 0.0
+        if value != self.wf_id:  # continued as new: follow it at once
+            self.wf_id = value
+            return False, None, 0.0
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise TimeoutError(f"workflow {self.wf_id!r} is still {status} after "
+                               f"{self.timeout}s; is a worker running for it? (rt.describe "
+                               "shows where it is)")  # fmt: skip
+        return False, None, self.poll
 
 
 def revoke_in(conn: db.Conn, grant_id: str, by: str | None = None) -> list[str]:

@@ -562,31 +562,23 @@ def run_span(fn: F) -> F:
 def started(conn: db.Conn, wf_id: str, name: str) -> None:
     """rt.start inserted `wf_id` (inside its transaction): store the current span's trace
     context with it (only when there is a valid one) and count the start."""
-    parent = start_noted(wf_id, name)
+    start_noted(wf_id, name)
+    parent = traceparent()
     if parent is not None:
         conn.execute(db.query("telemetry_store_context"), {"id": wf_id, "traceparent": parent})
 
 
-def start_noted(wf_id: str, name: str) -> str | None:
-    """Count a start and name its run on the current span; the traceparent to store with the
-    run (None without a valid span). rt.start's one-statement form inserts it with the row."""
+def start_noted(wf_id: str, name: str) -> None:
+    """Count a start and name its run on the current span (if a valid one). rt.start's
+    one-statement form inserts traceparent() with the row itself."""
     if not ENABLED:
-        return None
+        return
     assert _instruments is not None
     _instruments.started.add(1, {WORKFLOW: name})
     span = _trace.get_current_span()
-    if not span.get_span_context().is_valid:
-        return None
-    span.set_attribute(WORKFLOW_ID, wf_id)
-    span.set_attribute(WORKFLOW, name)
-    return traceparent()
-
-
-def start_context() -> str | None:
-    """The traceparent a start about to insert its run would store (see start_noted)."""
-    if not ENABLED or not _trace.get_current_span().get_span_context().is_valid:
-        return None
-    return traceparent()
+    if span.get_span_context().is_valid:
+        span.set_attribute(WORKFLOW_ID, wf_id)
+        span.set_attribute(WORKFLOW, name)
 
 
 def _on_outcome(event: str, fields: Mapping[str, Any]) -> None:

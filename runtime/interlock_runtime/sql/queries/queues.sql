@@ -232,8 +232,8 @@ select id, (select count(*) from woken) as woken from started;
 -- where the general form (start_workflow in a transaction) takes four. The version is the one
 -- asked for if it is deployed, else the newest live one, exactly as rt.start resolves it; the
 -- run is inserted pending and wakes the workers. No version found, or the id taken: nothing is
--- written (version tells which), and rt.start goes the general way (awaiting_worker, or the
--- comparison with the first start). The trace context goes in with the row.
+-- written (id is null), and rt.start goes the general way (awaiting_worker, or the comparison
+-- with the first start). The trace context goes in with the row.
 with served as (
   select version from ilr.deployments
    where name = %(name)s
@@ -250,8 +250,7 @@ started as (
   returning id),
 woken as (
   select pg_notify('ilr_ready', id) from started)
-select (select version from served) as version, (select id from started) as id,
-       (select count(*) from woken) as woken;
+select (select id from started) as id, (select count(*) from woken) as woken;
 
 -- name: dedup_holder
 -- The live run that holds a (queue, dedup_id), for the refusal's message.
