@@ -213,15 +213,25 @@ def test_loadavg_and_steal_parse():
 BURN = "import time\nt=time.process_time()\nwhile time.process_time()-t<{s}: pass\n"
 
 
-# A backend that keeps its CPU busy for 0.6 s of wall time. A fixed amount of work (it was
-# generate_series(1, 3000000)) took 0.19 s of CPU on a quiet machine, under the 0.2 s the test
-# needs to see; a wall-time loop burns well above it however fast the machine is.
-BUSY_BACKEND = """
+# A backend burns CPU in 0.1 s bursts of wall time until its own CPU time (/proc, read by the
+# test) reaches the amount asked for. A fixed wall time (it was 0.6 s) gave a backend that
+# shared two cores with other tests as little as 0.17 s of CPU, under the 0.2 s the test needs.
+BURST = """
 do $$
-declare stop timestamptz := clock_timestamp() + interval '0.6 seconds';
+declare stop timestamptz := clock_timestamp() + interval '0.1 seconds';
 begin
   while clock_timestamp() < stop loop end loop;
 end $$"""
+
+
+def busy_backend(conn: psycopg.Connection, cpu_s: float = 0.3) -> None:
+    pid = conn.execute("select pg_backend_pid()").fetchone()[0]
+    tick = bench_proc.clock_tick()
+    start = bench_proc.proc_ticks(pid) or 0
+    deadline = time.monotonic() + 30
+    while ((bench_proc.proc_ticks(pid) or 0) - start) / tick < cpu_s:
+        assert time.monotonic() < deadline, "the backend got no CPU in 30 s"
+        conn.execute(BURST)
 
 
 @pytest.mark.slow
@@ -235,10 +245,10 @@ def test_engine_cpu_reads_processes_children_and_backends():
         time.sleep(0.3)  # the child exists (and burns) before the window opens
         cpu = bench_proc.EngineCpu([root.pid], admin, dbname, interval=0.1).start()
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(BUSY_BACKEND)
+            busy_backend(conn)
         with psycopg.connect(dsn, autocommit=True,
                              application_name=bench_proc.POLLER_APP) as poller:  # fmt: skip
-            poller.execute(BUSY_BACKEND)
+            busy_backend(poller)
             root.wait(timeout=30)
             time.sleep(0.3)  # the exited backend is gone from pg_stat_activity
             out = cpu.stop()
