@@ -7,8 +7,8 @@
 Every method of Runtime is here as a coroutine that runs the Runtime's own code in a thread
 (asyncio.to_thread), so an await never blocks the event loop and every check, error and
 guarantee is the sync client's, not a second implementation of them. result() is the one
-that differs: it waits with asyncio.sleep between its looks, so a thousand awaited results
-hold no thread between polls. recover_orphans() with an async target works here too: in its
+that differs: between its looks it awaits the run's end (or its next look), so a thousand
+awaited results hold no thread while they wait. recover_orphans() with an async target works here too: in its
 thread each send runs on a loop of its own, which it could not do inside the caller's.
 """
 
@@ -75,18 +75,32 @@ class AsyncRuntime:
         row: dict[str, Any] = await self._call("describe", wf_id)
         return row
 
-    async def result(self, wf_id: str, timeout: float | None = None, poll: float = 0.1, *,
+    async def result(self, wf_id: str, timeout: float | None = None, poll: float = 1.0, *,
                      raw: bool = False) -> Any:  # fmt: skip
         """Runtime.result, awaited: its result, WorkflowFailed if it ended otherwise, a run
-        that continued as new followed to its successor, TimeoutError after `timeout`. Each
-        look is Runtime.result_now in a thread; between looks it holds none."""
-        wait = ResultWait(wf_id, timeout, poll)
-        while True:
-            look = await self._call("result_now", wait.wf_id, raw=raw)
-            ended, value, pause = wait.after(look)
-            if ended:
-                return value
-            await asyncio.sleep(pause)
+        that continued as new followed to its successor, TimeoutError after `timeout`; woken
+        by the run's end as the sync one is. Each look runs in a thread; between looks it
+        holds none."""
+        rt = await self.runtime()
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+
+        def wake() -> None:  # from the thread that hears the end
+            try:
+                loop.call_soon_threadsafe(woken.set)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits any more
+
+        with ResultWait(rt, wf_id, timeout, poll, wake) as wait:
+            while True:
+                woken.clear()
+                ended, value, pause = await asyncio.to_thread(wait.look, raw)
+                if ended:
+                    return value
+                try:
+                    await asyncio.wait_for(woken.wait(), pause)
+                except asyncio.TimeoutError:  # noqa: UP041 - not TimeoutError before 3.11
+                    pass
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         if name == "close":

@@ -13,7 +13,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -24,6 +24,7 @@ from . import (
     codec,
     db,
     durability,
+    end_notices,
     journal,
     local_postgres,
     migrations,
@@ -68,6 +69,8 @@ class Runtime:
         self.dsn = dsn or local_postgres.dsn()
         self._lock = threading.Lock()
         self._conn = db.connect_explained(self.dsn)
+        self._notices = end_notices.EndNotices(self.dsn)  # listens from the first result() wait
+        self._can_mark = True  # false once the role may not mark a run awaited (read only)
         try:
             migrations.ensure(self._conn, create=create_schema)
             durability.check(self._conn)
@@ -76,6 +79,7 @@ class Runtime:
             raise
 
     def close(self) -> None:
+        self._notices.close()
         self._conn.close()
 
     def __enter__(self) -> Runtime:
@@ -277,37 +281,57 @@ class Runtime:
                   "limit": validate.count(limit, "limit", high=MAX_LIST_LIMIT)}  # fmt: skip
         return self._execute(db.query("list_workflows"), params).fetchall()
 
-    def result(self, wf_id: str, timeout: float | None = None, poll: float = 0.1, *,
+    def result(self, wf_id: str, timeout: float | None = None, poll: float = 1.0, *,
                raw: bool = False) -> Any:  # fmt: skip
         """Wait until the workflow ends; return its result or raise WorkflowFailed.
 
-        A run that continued as new is followed to its successor, as Temporal does. `timeout`
-        (seconds, finite, >= 0) None waits for ever; `poll` is 0.001-60 seconds. A typed
+        The wait wakes when the run's end is announced (LISTEN, docs/api.md#results), so it
+        returns within a round trip of the end. `poll` (0.001-60 seconds) is the longest
+        pause between two looks at the row while that holds; before the run is claimed, or
+        when its end cannot be heard (a lost connection, a role that may not mark it), the
+        pauses are at most 0.1 s. A run that continued as new is followed to its successor,
+        as Temporal does. `timeout` (seconds, finite, >= 0) None waits for ever. A typed
         result comes back as its type (its class must be imported in this process, else
         RecordedTypeError says so); raw=True returns the recorded JSON instead."""
-        wait = ResultWait(wf_id, timeout, poll)
-        while True:
-            ended, value, pause = wait.after(self.result_now(wait.wf_id, raw=raw))
-            if ended:
-                return value
-            time.sleep(pause)
+        woken = threading.Event()
+        with ResultWait(self, wf_id, timeout, poll, woken.set) as wait:
+            while True:
+                woken.clear()
+                ended, value, pause = wait.look(raw)
+                if ended:
+                    return value
+                woken.wait(pause)
 
     def result_now(self, wf_id: str, *, raw: bool = False) -> tuple[bool, Any, str]:
         """One look at a workflow for result(): (True, its result, status) when it completed,
         else (False, the id to wait on, status): its successor's when it continued as new.
         Raises WorkflowFailed when it ended otherwise, WorkflowNotFound for no such id."""
+        ended, value, status, _ = self._look(wf_id, raw=raw, mark=False)
+        return ended, value, status
+
+    def _look(self, wf_id: str, *, raw: bool, mark: bool) -> tuple[bool, Any, str, bool]:
+        """result_now(), and with `mark` the run marked awaited if it runs (sql: await_end);
+        the fourth value is true when its end from now on will be announced."""
         check_id(wf_id)
-        row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
+        row = None
+        if mark and self._can_mark:
+            try:
+                row = self._execute(db.query("await_end"), {"id": wf_id}).fetchone()
+            except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
+                self._can_mark = False  # a read-only role or server: result() polls
+        if row is None:
+            row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
         if row is None:
             raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
+        heard = bool(row.get("heard"))
         if row["status"] == "completed":
-            return True, row["result"] if raw else codec.decode(row["result"]), row["status"]
+            return True, row["result"] if raw else codec.decode(row["result"]), row["status"], heard
         if row["status"] == "continued":
             successor: str = row["result"]["continued_as"]
-            return False, successor, row["status"]
+            return False, successor, row["status"], heard
         if row["status"] in TERMINAL:
             raise WorkflowFailed(wf_id, row["status"], row["error"])
-        return False, wf_id, row["status"]
+        return False, wf_id, row["status"], heard
 
     # -- queues (queues.py, docs/queues.md) ----------------------------------------------------
 
@@ -657,33 +681,73 @@ class Runtime:
         return done
 
 
-class ResultWait:
-    """The waiting of result(), without its sleeping, for both clients (the sync one sleeps,
-    AsyncRuntime awaits asyncio.sleep): the checked timeout and poll, the id waited on (a
-    successor's once the run continued as new), and the deadline."""
+UNHEARD_POLL = 0.1  # seconds: the longest pause of result() while a run's end cannot be heard
+FIRST_PAUSE = 0.002  # seconds: its first pause before then, doubled at each look
 
-    def __init__(self, wf_id: str, timeout: float | None, poll: float) -> None:
+
+class ResultWait:
+    """The waiting of result(), without its sleeping, for both clients (the sync one waits on
+    a threading.Event, AsyncRuntime on an asyncio.Event; `wake` sets it, from the thread that
+    hears the end): the checked timeout and poll, the id waited on (a successor's once the
+    run continued as new), its watch on the run's end, and the deadline. Close it (or use
+    `with`) to stop watching."""
+
+    def __init__(self, rt: Runtime, wf_id: str, timeout: float | None, poll: float,
+                 wake: Callable[[], None]) -> None:  # fmt: skip
         check_id(wf_id)
-        self.wf_id = wf_id
+        self.rt, self.wf_id, self.wake = rt, wf_id, wake
         self.timeout = validate.seconds(timeout, "timeout")
         self.poll = validate.number(poll, "poll", low=0.001, high=60, unit="seconds")
         self.deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        self.watched: str | None = None
+        self.marked = False  # wf_id's row is marked awaited: its end is announced
+        self.unheard_pause = FIRST_PAUSE
 
-    def after(self, look: tuple[bool, Any, str]) -> tuple[bool, Any, float]:
-        """Given one result_now(): (True, the result, 0) when it ended, else (False, None,
-        seconds to pause before the next look: 0 to follow a successor at once). Raises
-        TimeoutError past the deadline."""
-        ended, value, status = look
+    def look(self, raw: bool) -> tuple[bool, Any, float]:
+        """One look (it queries, in the caller's thread): (True, the result, 0) when the run
+        ended, else (False, None, seconds to wait for a wake before the next look: 0 to look
+        again at once). Raises WorkflowFailed, WorkflowNotFound, and TimeoutError past the
+        deadline."""
+        if self.watched != self.wf_id:  # the first look, or a successor's
+            self.close()
+            self.rt._notices.watch(self.wf_id, self.wake)
+            self.watched, self.marked, self.unheard_pause = self.wf_id, False, FIRST_PAUSE
+        # listening before the look: an end committed after it is heard
+        listening = self.rt._notices.listening()
+        mark = listening and not self.marked
+        ended, value, status, heard = self.rt._look(self.wf_id, raw=raw, mark=mark)
         if ended:
             return True, value, 0.0
         if value != self.wf_id:  # continued as new: follow it at once
             self.wf_id = value
             return False, None, 0.0
+        if mark:
+            if not heard and status == WorkflowStatus.RUNNING and self.rt._can_mark:
+                return False, None, 0.0  # it changed under the mark: look again
+            self.marked = heard
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise TimeoutError(f"workflow {self.wf_id!r} is still {status} after "
                                f"{self.timeout}s; is a worker running for it? (rt.describe "
                                "shows where it is)")  # fmt: skip
-        return False, None, self.poll
+        if self.marked and listening:  # its end will wake this wait
+            pause = self.poll
+        else:  # not claimed yet, or not heard: look soon, then less often
+            pause = min(self.poll, self.unheard_pause)
+            self.unheard_pause = min(UNHEARD_POLL, self.unheard_pause * 2)
+        if self.deadline is not None:
+            pause = min(pause, max(0.0, self.deadline - time.monotonic()))
+        return False, None, pause
+
+    def close(self) -> None:
+        if self.watched is not None:
+            self.rt._notices.unwatch(self.watched, self.wake)
+            self.watched = None
+
+    def __enter__(self) -> ResultWait:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def revoke_in(conn: db.Conn, grant_id: str, by: str | None = None) -> list[str]:

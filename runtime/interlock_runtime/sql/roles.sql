@@ -51,6 +51,8 @@ grant execute on function ilr.end_workflow_grants(text, text) to ilr_worker;  --
 grant update (started_at) on ilr.workflows to ilr_worker;         -- a first claim (queues' rate window)
 grant execute on function ilr.lock_workflow_name(text), ilr.resolve_awaiting(text),
   ilr.queue_slot_freed() to ilr_worker, ilr_operator;             -- registering resolves awaiting runs
+grant execute on function ilr.workflow_ended() to ilr_worker, ilr_operator;  -- ends heard by result()
+grant update (awaited) on ilr.workflows to ilr_worker;            -- a result() waited on in a worker
 
 -- operator
 grant select on all tables in schema ilr to ilr_operator;
