@@ -42,6 +42,7 @@ from .context import (
     _error_record,
     _iso,
     check_step_call,
+    child_placement,
     port_of,
     request_hash,
     step_error,
@@ -655,10 +656,13 @@ class AsyncWorkflowContext(RunView):
         return True
 
     def child(self, workflow: Any, input: Any = None, child_id: str | None = None,
-              version: str | None = None) -> Coro:  # fmt: skip
-        """`await ctx.child(...)`: start a child workflow (recorded once); returns its id."""
+              version: str | None = None, *, queue: str | None = None,
+              priority: int | None = None) -> Coro:  # fmt: skip
+        """`await ctx.child(...)`: start a child workflow (recorded once); returns its id. Its
+        queue, priority and trace as WorkflowContext.child's."""
         name, version = (workflow, version) if isinstance(workflow, str) else (
             definition(workflow).name, version or definition(workflow).version)  # fmt: skip
+        placement = child_placement(queue, priority)
         seq, row = self._place("child", name)
 
         async def go() -> str:
@@ -680,7 +684,7 @@ class AsyncWorkflowContext(RunView):
                 await conn.execute(db.query("insert_child"),
                                    {"id": cid, "name": name, "version": chosen,
                                     "input": db.jsonb(json.loads(text)),
-                                    "parent": self.workflow_id})  # fmt: skip
+                                    "parent": self.workflow_id, **placement})  # fmt: skip
                 params = self._cursor._step_params(seq, "child", name,
                                                    {"id": cid, "version": chosen}, None, None)  # fmt: skip
                 await conn.execute(db.query("insert_step"), params)

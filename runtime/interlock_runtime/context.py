@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from . import codec, db, killpoints, timeouts, validate
+from . import codec, db, killpoints, queues, telemetry, timeouts, validate
 from .effects import run_effect
 from .errors import (
     Cancelled,
@@ -182,6 +182,14 @@ def step_error(name: str, error: dict[str, Any]) -> StepFailed:
 
 def request_hash(request: Any) -> str:
     return hashlib.sha256(db.to_json_text(request, "the decide request").encode()).hexdigest()
+
+
+def child_placement(queue: Any, priority: Any) -> dict[str, Any]:
+    """insert_child's queue, priority (None: the parent's) and trace context (the current
+    span's: the parent's run; None: the parent's stored one)."""
+    return {"queue": None if queue is None else queues.queue_name(queue, "queue"),
+            "priority": None if priority is None else queues.priority(priority),
+            "traceparent": telemetry.traceparent()}  # fmt: skip
 
 
 def successor_id(wf_id: str) -> str:
@@ -711,10 +719,14 @@ class WorkflowContext(RunView):
     # -- children and continue-as-new ----------------------------------------------------------
 
     def child(self, workflow: Any, input: Any = None, child_id: str | None = None,
-              version: str | None = None) -> str:  # fmt: skip
-        """Start a child workflow (recorded once); returns its id, `<parent>/<seq>` by default."""
+              version: str | None = None, *, queue: str | None = None,
+              priority: int | None = None) -> str:  # fmt: skip
+        """Start a child workflow (recorded once); returns its id, `<parent>/<seq>` by default.
+        It runs on this workflow's queue at its priority unless `queue` / `priority` say
+        otherwise, and its spans continue this run's trace (docs/queues.md#children)."""
         name, version = (workflow, version) if isinstance(workflow, str) else (
             definition(workflow).name, version or definition(workflow).version)  # fmt: skip
+        placement = child_placement(queue, priority)
         seq, row = self._next("child", name)
         if row is not None:
             child: str = row["output"]["id"]
@@ -728,7 +740,8 @@ class WorkflowContext(RunView):
             version = version or _newest_version(self._conn, name)
             self._conn.execute(db.query("insert_child"),
                                {"id": cid, "name": name, "version": version,
-                                "input": db.jsonb(json.loads(text)), "parent": self.workflow_id})  # fmt: skip
+                                "input": db.jsonb(json.loads(text)), "parent": self.workflow_id,
+                                **placement})  # fmt: skip
             self._insert_step(seq, "child", name, output={"id": cid, "version": version})
             self._conn.execute(db.query("notify_ready"), {"id": cid})
         return cid

@@ -197,3 +197,20 @@ async def a_schedule_to_close(ctx, inp):
     except StepTimedOut as exc:
         return {"timeout": exc.timeout, "attempt": exc.error["attempt"]}
     return None
+
+
+async def doubled(x: int) -> int:
+    return x * 2
+
+
+@workflow(name="a_child", version="1")
+async def a_child(ctx, inp):
+    return await ctx.step("double", doubled, inp["x"])
+
+
+@workflow(name="a_placed_parent", version="1")
+async def a_placed_parent(ctx, inp):
+    """A child where the input says (None: this workflow's queue and priority), awaited."""
+    kid = await ctx.child(a_child, {"x": inp["x"]}, queue=inp.get("queue"),
+                          priority=inp.get("priority"))  # fmt: skip
+    return {"child": kid, "result": await ctx.wait_child(kid)}

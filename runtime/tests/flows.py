@@ -184,6 +184,15 @@ def parent_flow(ctx, inp):
     return {"child": kid, "result": ctx.wait_child(kid)}
 
 
+@workflow(name="placed_parent", version="1")
+def placed_parent(ctx, inp):
+    """Starts a child where the input says (None: where this workflow runs) and waits for it
+    (test_queues.py)."""
+    kid = ctx.child(child_flow, {"x": inp["x"]}, queue=inp.get("queue"),
+                    priority=inp.get("priority"))  # fmt: skip
+    return {"child": kid, "result": ctx.wait_child(kid)}
+
+
 @workflow(name="counter", version="1")
 def counter(ctx, inp):
     n = ctx.step("count", lambda n: n + 1, inp["n"])

@@ -233,3 +233,21 @@ def test_schedule_to_close_keeps_counting_across_a_worker_sigkill(dsn, workers, 
     assert (takeover - first_claim).total_seconds() > 1.0
     assert budget <= (failed_at - first_claim).total_seconds() < budget + 1.0
     assert wf["step_timers"][0]["attempts"] == 2
+
+
+def test_an_async_child_runs_on_its_parents_queue_unless_told_otherwise(dsn, conn, workers):
+    """As test_queues' sync one: the only worker serves queue a, so a child left on the
+    default queue would never run; one sent to queue b at priority 7 waits there."""
+    with Runtime(dsn) as rt:
+        rt.register(async_flows.a_placed_parent, async_flows.a_child)
+        rt.start(async_flows.a_placed_parent, "ap-1", {"x": 2}, queue="a", priority=3)
+        rt.start(async_flows.a_placed_parent, "ap-2", {"x": 5, "queue": "b", "priority": 7},
+                 queue="a")  # fmt: skip
+        workers("AQ", module=MODULE, extra_args=("--queue", "a"))
+        assert rt.result("ap-1", timeout=30) == {"child": "ap-1/1", "result": 4}
+        wait_for(lambda: conn.execute("select 1 from ilr.workflows where id = 'ap-2/1'"
+                                      ).fetchone(), 30, "the child on b")  # fmt: skip
+        placed = {r["id"]: (r["queue"], r["priority"]) for r in conn.execute(
+            "select id, queue, priority from ilr.workflows where parent_id is not null")}  # fmt: skip
+        assert placed == {"ap-1/1": ("a", 3), "ap-2/1": ("b", 7)}
+        assert rt.describe("ap-2")["status"] == "sleeping"  # waiting for its child

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from flows import queued_work
+from flows import child_flow, placed_parent, queued_work
 
 from interlock_runtime import (
     InvalidInput,
@@ -185,6 +185,27 @@ def test_a_worker_serves_only_its_queues(dsn, conn, workers, tmp_path) -> None:
     assert all(by[i] == {"wa"} for i in runs["a"])
     assert all(by[i] == {"wb"} for i in runs["b"] + runs["default"])
     assert "qc-1" not in by
+
+
+def test_a_child_runs_on_its_parents_queue_unless_told_otherwise(dsn, conn, workers) -> None:
+    """The only worker serves queue a: a child left on the default queue would never be
+    claimed and its parent would wait for ever. One named elsewhere (queue b, priority 7)
+    waits there until a worker of b comes."""
+    with Runtime(dsn) as rt:
+        rt.register(placed_parent, child_flow)
+        rt.start(placed_parent, "pp-1", {"x": 2}, queue="a", priority=3)
+        rt.start(placed_parent, "pp-2", {"x": 5, "queue": "b", "priority": 7}, queue="a")
+        workers("wa", extra_args=("--queue", "a"))
+        assert rt.result("pp-1", timeout=30) == {"child": "pp-1/1", "result": 4}
+        child = "select status from ilr.workflows where id = 'pp-2/1'"
+        wait_for(lambda: conn.execute(child).fetchone(), 30, "the child on b")
+        placed = {r["id"]: (r["queue"], r["priority"]) for r in conn.execute(
+            "select id, queue, priority from ilr.workflows where parent_id is not null")}  # fmt: skip
+        assert placed == {"pp-1/1": ("a", 3), "pp-2/1": ("b", 7)}
+        time.sleep(1.0)  # five polls of wa: b is not its queue
+        assert rt.describe("pp-2/1")["status"] == "pending"
+        workers("wb", extra_args=("--queue", "b"))
+        assert rt.result("pp-2", timeout=30) == {"child": "pp-2/1", "result": 10}
 
 
 # -- starting before a worker exists ---------------------------------------------------------------

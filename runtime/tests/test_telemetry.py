@@ -99,6 +99,20 @@ def otel_takeover(ctx, inp):
     return ctx.step("quick", lambda: 1)
 
 
+@workflow(name="otel_kid", version="1")
+def otel_kid(ctx, inp):
+    return ctx.step("kid", lambda: 2)
+
+
+@workflow(name="otel_family", version="1")
+def otel_family(ctx, inp):
+    """A child, then continue-as-new once: three workflows, one trace."""
+    if not (inp or {}).get("again"):
+        ctx.wait_child(ctx.child(otel_kid))
+        ctx.continue_as_new({"again": True})
+    return ctx.step("last", lambda: 3)
+
+
 @workflow(name="otel_async", version="1")
 async def otel_async(ctx, inp):
     """The async API's spans: a step, a failed attempt and its retry, a sleep, an effect."""
@@ -414,6 +428,26 @@ def test_a_takeover_continues_the_trace_with_a_new_claim_and_epoch(dsn):
     assert taken == 2
     for span in a_runs.values():
         span.end()
+
+
+def test_a_child_and_a_successor_continue_the_trace(dsn):
+    """The child's runs are children of the parent run that started it; the successor's
+    runs, like its predecessor's, of the start span."""
+    rt = Runtime(dsn)
+    with TRACER.start_as_current_span("caller") as caller:
+        rt.start(otel_family, "fam-1")
+    with running(dsn, otel_family, otel_kid):
+        assert rt.result("fam-1", timeout=30) == 3  # followed to the successor
+    spans = spans_of(caller.get_span_context().trace_id)
+    (start,) = named(spans, telemetry.START)
+    runs: dict[str, list] = {}
+    for r in named(spans, telemetry.RUN):
+        runs.setdefault(r.attributes[telemetry.WORKFLOW_ID], []).append(r)
+    assert sorted(runs) == ["fam-1", "fam-1#1", "fam-1/1"]
+    (kid,) = runs["fam-1/1"]
+    assert kid.parent.span_id in {r.context.span_id for r in runs["fam-1"]}
+    assert all(r.parent.span_id == start.context.span_id
+               for r in runs["fam-1"] + runs["fam-1#1"])  # fmt: skip
 
 
 def test_queue_depth_and_open_ambiguous_gauges_read_the_database(dsn):

@@ -159,13 +159,21 @@ insert into ilr.llm_calls (workflow_id, seq, epoch, request_hash)
 values (%(wf)s, %(seq)s, %(epoch)s, %(request_hash)s);
 
 -- name: insert_child
-insert into ilr.workflows (id, name, version, input, parent_id)
-values (%(id)s, %(name)s, %(version)s, %(input)s, %(parent)s);
+-- A child runs on its parent's queue at its parent's priority unless ctx.child names others
+-- (as a Temporal child takes its parent's task queue: the parent's workers serve that queue),
+-- and continues its parent's trace: its claims are children of the span that started it
+-- (the parent's run), else of the parent's stored context. No queue key, no dedup id: those
+-- belong to the parent.
+insert into ilr.workflows (id, name, version, input, parent_id, queue, priority, traceparent)
+select %(id)s, %(name)s, %(version)s, %(input)s, p.id, coalesce(%(queue)s, p.queue),
+       coalesce(%(priority)s, p.priority), coalesce(%(traceparent)s, p.traceparent)
+  from ilr.workflows p where p.id = %(parent)s;
 
 -- name: insert_successor
+-- The next run of the same workflow: its queue, priority, key and trace context.
 insert into ilr.workflows (id, name, version, input, parent_id, continued_from, queue, priority,
-                           queue_key)
-select %(id)s, name, version, %(input)s, parent_id, id, queue, priority, queue_key
+                           queue_key, traceparent)
+select %(id)s, name, version, %(input)s, parent_id, id, queue, priority, queue_key, traceparent
   from ilr.workflows where id = %(from)s;
 
 -- name: finish
