@@ -34,8 +34,9 @@ DBOS's process-wide singleton and the Temporal SDK's threads never share a proce
 system. How each system is driven (its own native path, as its users write it):
 
 - runtime: `Runtime.start` (insert + NOTIFY in one transaction); one worker subprocess
-  (`python -m interlock_runtime.worker`, LISTEN wake-ups, --concurrency C); the client waits by
-  polling the workflow's status row every 1 ms.
+  (`python -m interlock_runtime.worker`, LISTEN wake-ups, --concurrency C); the client waits
+  with `Runtime.result()` (woken by the run's end, docs/api.md#results) in the latency
+  phase, and by counting completed rows every 5 ms in the throughput phase.
 - runtime_async (issue 23): the same with the asyncio worker (docs/async.md) serving `async def`
   workflows (prove/bench_async_flows.py): the step awaits asyncio.sleep; in shape 2 the model
   call goes through anthropic.AsyncAnthropic and the refund through AsyncHttpTarget. Shape 2 runs it beside the sync worker at the same
@@ -406,8 +407,9 @@ class RuntimeDriver(Driver):
         return [self.start_one(i, self.starters[k]) for i in ids]
 
     def wait_one(self, wf: str) -> None:
-        self.poll_until_done("select status from ilr.workflows where id = %s", wf,
-                             ("failed", "cancelled", "stuck"), "runtime workflow")  # fmt: skip
+        # the product's own wait, as DBOS's row waits on its handle and Temporal's on
+        # handle.result(); it raises WorkflowFailed for a run that did not complete
+        self.rt.result(wf, timeout=self.args.timeout)
 
     def wait_all(self, handles: list[str]) -> int:
         return self.poll_count(
@@ -2155,7 +2157,7 @@ runtime and the harness, and what was tried and dropped:
    declared input type is resolved once, not on every run. About half of what is left of the
    p50 overhead is the three durable commits a workflow waits for one after another (the
    "lone commit" column measures one: the same writes as one statement, one client paced at
-   40/s, on the same machine in the same run); the rest is the harness's 1 ms status poll,
+   40/s, on the same machine in the same run); the rest is the wait for the end (item 8),
    the wake-ups of idle processes (NOTIFY to the claim loop, the claim loop to a run thread)
    and Python. The claim's commit cannot be made asynchronous
    (synchronous_commit off) to save one of them: the fence compares the claim's epoch, and a
@@ -2164,7 +2166,13 @@ runtime and the harness, and what was tried and dropped:
    force_generic_plan on the worker's connections (its statements were 15 to 20% faster in a
    micro-benchmark, but a generic plan for the claim cannot see its limit or the served pairs,
    and was not measured across queue shapes).
-
+8. Issue 23, continued: `Runtime.result()` wakes on the run's end (the client LISTENs on
+   ilr_ended and marks the running row it waits on; only awaited runs announce their end,
+   docs/api.md#results) instead of polling every 100 ms, so a start then result() of a 20 ms
+   workflow takes 26 ms, not 103 (results/result_wait.md). The latency phase now waits with
+   it, as the other rows wait with their own client's call; until this run it polled the
+   status row every 1 ms (the 1 ms poll's lag was about 0.6 ms of the p50 overhead in
+   results/profile_onestep.md).
 What is left: a gated effect is its two transactions, T_dispatch and T_commit; a decide before
 it keeps its own commit, because the decision must be durable before the effect's premise read
 (a crash there must not ask the model again). At 4 and 8 workers the refund shape runs 8 worker
