@@ -53,6 +53,7 @@ from typing import Any
 
 import psycopg
 
+from prove import checkouts
 from prove.bench import (
     RESULTS,
     ROOT,
@@ -558,14 +559,6 @@ def pass_main(argv: list[str]) -> int:
     return 0
 
 
-def _commit_of(path: Path) -> dict[str, Any]:
-    def git(*a: str) -> str:
-        return subprocess.run(["git", *a], cwd=path, capture_output=True, text=True).stdout.strip()
-
-    return {"commit": git("rev-parse", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--", ".", ":!results"))}  # fmt: skip
-
-
 def run(cfg: dict[str, Any], variants: dict[str, Path]) -> dict[str, Any]:
     """Every pass of every variant (name -> a checkout's root), interleaved per repetition."""
     from interlock_runtime.testing import admin_dsn, template_database
@@ -574,7 +567,7 @@ def run(cfg: dict[str, Any], variants: dict[str, Path]) -> dict[str, Any]:
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": cfg,
                               "git": git_facts(), "machine": machine_facts(),
                               "postgres": pg_settings(admin),
-                              "variants": {v: _commit_of(root) for v, root in variants.items()},
+                              "variants": {v: checkouts.commit_of(root) for v, root in variants.items()},
                               "versions": {d: version(d) for d in ("interlock-runtime", "psycopg",
                                                                    "py-spy")}}  # fmt: skip
     reps: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
@@ -767,29 +760,23 @@ def main(argv: list[str] | None = None) -> int:
             ap.add_argument(f"--no-{k}", dest=k, action="store_false")
         else:
             ap.add_argument(f"--{k.replace('_', '-')}", type=int, default=v)
-    ap.add_argument("--before", default=None, metavar="CHECKOUT",
-                    help="also profile the runtime of this checkout (e.g. a clone at an older "
-                         "commit), interleaved with this one's: the before/after comparison")  # fmt: skip
+    checkouts.add_before(ap, "profile")
     ap.add_argument("--json", default=None, help="write the report here instead of results/")
     args = ap.parse_args(argv)
     cfg = {k: getattr(args, k) for k in FULL}
-    variants = {"before": Path(args.before).resolve()} if args.before else {}
-    variants["after" if args.before else "this"] = ROOT
-    report = run(cfg, variants)
-    shown = [f"<a checkout of {report['variants']['before']['commit'][:12]}>"
-             if i > 0 and argv[i - 1] == "--before" else a for i, a in enumerate(argv)]  # fmt: skip
-    command = "python -m prove.profile_onestep " + " ".join(shown)  # no machine paths
-    report["command"] = command.strip()
+    report = run(cfg, checkouts.variants(args.before, ROOT))
+    command = checkouts.command("prove.profile_onestep", argv, report["variants"])  # no paths
+    report["command"] = command
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
-        Path(args.json).with_suffix(".md").write_text(render(report, command.strip()))
+        Path(args.json).with_suffix(".md").write_text(render(report, command))
     else:
         from prove.scrub import scrub
 
         (RESULTS / "profile_onestep.json").write_text(
             scrub(json.dumps(report, indent=1, default=str))
         )
-        (RESULTS / "profile_onestep.md").write_text(render(report, command.strip()))
+        (RESULTS / "profile_onestep.md").write_text(render(report, command))
     return 0
 
 

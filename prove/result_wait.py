@@ -33,8 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from prove import checkouts
 from prove.bench import RESULTS, ROOT, STEP_MS, git_facts, machine_facts, pct, scratch_database
-from prove.profile_onestep import _commit_of
 
 FULL = {"reps": 3, "n": 100, "warmup": 5}
 CLIENTS = ("sync", "async")
@@ -89,7 +89,7 @@ def run(cfg: dict[str, Any], variants: dict[str, Path]) -> dict[str, Any]:
 
     admin = admin_dsn()
     report: dict[str, Any] = {"config": cfg, "git": git_facts(), "machine": machine_facts(),
-                              "variants": {v: _commit_of(root) for v, root in variants.items()},
+                              "variants": {v: checkouts.commit_of(root) for v, root in variants.items()},
                               "reps": {v: [] for v in variants}}  # fmt: skip
     for rep in range(cfg["reps"]):
         for variant, root in variants.items():
@@ -165,17 +165,12 @@ def main(argv: list[str] | None = None) -> int:
                                  description=(__doc__ or "").split("\n")[0])  # fmt: skip
     for k, v in FULL.items():
         ap.add_argument(f"--{k}", type=int, default=v)
-    ap.add_argument("--before", default=None, metavar="CHECKOUT",
-                    help="also measure the runtime of this checkout (a clone at an older "
-                         "commit), interleaved with this one's")  # fmt: skip
+    checkouts.add_before(ap, "measure")
     ap.add_argument("--json", default=None, help="write the report here instead of results/")
     args = ap.parse_args(argv)
     cfg = {k: getattr(args, k) for k in FULL}
-    variants = {"before": Path(args.before).resolve()} if args.before else {}
-    variants["after" if args.before else "this"] = ROOT
-    report = run(cfg, variants)
-    shown = ["CHECKOUT" if i > 0 and argv[i - 1] == "--before" else a for i, a in enumerate(argv)]
-    report["command"] = " ".join(["python -m prove.result_wait", *shown])  # no machine paths
+    report = run(cfg, checkouts.variants(args.before, ROOT))
+    report["command"] = checkouts.command("prove.result_wait", argv, report["variants"])
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
         Path(args.json).with_suffix(".md").write_text(render(report))
