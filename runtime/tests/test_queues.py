@@ -28,6 +28,7 @@ from interlock_runtime import (
     db,
 )
 from interlock_runtime import queues as queueing
+from interlock_runtime.context import child_placement
 from interlock_runtime.testing import wait_for
 from interlock_runtime.workflow import workflow
 
@@ -367,3 +368,14 @@ def test_two_claimers_cannot_both_take_the_last_slot(dsn) -> None:
             assert "second" not in got, got  # waiting for the queue's lock
         t.join(10)
     assert len(got["first"]) == 1 and got["second"] == []
+
+
+@pytest.mark.parametrize(("queue", "priority", "says"), [
+    ("", None, "queue"), ("a\x00b", None, "queue"), (7, None, "queue"),
+    (None, float("nan"), "priority"), (None, 10**12, "priority"), (None, 1.5, "priority"),
+    (None, True, "priority"),
+])  # fmt: skip
+def test_a_childs_queue_and_priority_are_checked_before_anything_is_written(queue, priority,
+                                                                           says) -> None:  # fmt: skip
+    with pytest.raises(InvalidInput, match=says):
+        child_placement(queue, priority)
