@@ -8,8 +8,9 @@ Every method of Runtime is here as a coroutine that runs the Runtime's own code 
 (asyncio.to_thread), so an await never blocks the event loop and every check, error and
 guarantee is the sync client's, not a second implementation of them. result() is the one
 that differs: between its looks it awaits the run's end (or its next look), so a thousand
-awaited results hold no thread while they wait. recover_orphans() with an async target works here too: in its
-thread each send runs on a loop of its own, which it could not do inside the caller's.
+awaited results hold no thread while they wait. recover_orphans() with an async target works
+here too: in its thread each send runs on a loop of its own, which it could not do inside the
+caller's.
 """
 
 from __future__ import annotations
