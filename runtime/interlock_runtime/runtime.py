@@ -320,7 +320,7 @@ class Runtime:
             except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
                 self._can_mark = False  # a read-only role or server: result() polls
         if row is None:
-            row = self._execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
+            row = self._execute(db.query("workflow_outcome"), {"id": wf_id}).fetchone()
         if row is None:
             raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
         heard = bool(row.get("heard"))

@@ -261,6 +261,11 @@ select id, name, version, input, status, epoch, owner, lease_expires_at, takeove
        forked_from, created_at, updated_at, queue, priority, queue_key, started_at
   from ilr.workflows where id = %(id)s;
 
+-- name: workflow_outcome
+-- result()'s look when it does not mark: only what it returns (not the input, which may be
+-- large and would be decoded at every look).
+select status, result, error from ilr.workflows where id = %(id)s;
+
 -- name: await_end
 -- result()'s look, marking a running run awaited so that its end is announced on ilr_ended
 -- (migration 0008). Only a running row is marked: its worker's writes wait out the mark's row
