@@ -9,6 +9,7 @@ checkout's commit and whether its tree was dirty, and shows the command without 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -42,3 +43,34 @@ def command(prog: str, argv: list[str], measured: dict[str, dict[str, Any]]) -> 
     shown = [f"<a checkout of {measured['before']['commit'][:12]}>"
              if i > 0 and argv[i - 1] == "--before" else a for i, a in enumerate(argv)]  # fmt: skip
     return " ".join([f"python -m {prog}", *shown])
+
+
+def parse(prog: str, doc: str, full: dict[str, Any], what: str,
+          argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:  # fmt: skip
+    """The options of a before/after measurement: one per `full` size (an int, or a bool
+    turned off by --no-NAME), --before and --json. Returns the args and the sizes."""
+    ap = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc.split("\n")[0])
+    for k, v in full.items():
+        if isinstance(v, bool):
+            ap.add_argument(f"--no-{k}", dest=k, action="store_false")
+        else:
+            ap.add_argument(f"--{k.replace('_', '-')}", type=int, default=v)
+    add_before(ap, what)
+    ap.add_argument("--json", default=None, help="write the report here instead of results/")
+    args = ap.parse_args(argv)
+    return args, {k: getattr(args, k) for k in full}
+
+
+def save(report: dict[str, Any], markdown: str, name: str, results: Path,
+         json_path: str | None) -> None:  # fmt: skip
+    """The report as JSON and markdown: at json_path (and beside it), or as results/NAME.*
+    with machine paths scrubbed from the JSON."""
+    text = json.dumps(report, indent=1, default=str)
+    if json_path:
+        Path(json_path).write_text(text)
+        Path(json_path).with_suffix(".md").write_text(markdown)
+        return
+    from prove.scrub import scrub
+
+    (results / f"{name}.json").write_text(scrub(text))
+    (results / f"{name}.md").write_text(markdown)

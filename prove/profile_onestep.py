@@ -753,30 +753,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         Path(argv[2]).write_text(render(report, command))
         return 0
-    ap = argparse.ArgumentParser(prog="python -m prove.profile_onestep",
-                                 description=__doc__.split("\n")[0])  # fmt: skip
-    for k, v in FULL.items():
-        if isinstance(v, bool):
-            ap.add_argument(f"--no-{k}", dest=k, action="store_false")
-        else:
-            ap.add_argument(f"--{k.replace('_', '-')}", type=int, default=v)
-    checkouts.add_before(ap, "profile")
-    ap.add_argument("--json", default=None, help="write the report here instead of results/")
-    args = ap.parse_args(argv)
-    cfg = {k: getattr(args, k) for k in FULL}
+    args, cfg = checkouts.parse("prove.profile_onestep", __doc__ or "", FULL, "profile", argv)
     report = run(cfg, checkouts.variants(args.before, ROOT))
     command = checkouts.command("prove.profile_onestep", argv, report["variants"])  # no paths
     report["command"] = command
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
-        Path(args.json).with_suffix(".md").write_text(render(report, command))
-    else:
-        from prove.scrub import scrub
-
-        (RESULTS / "profile_onestep.json").write_text(
-            scrub(json.dumps(report, indent=1, default=str))
-        )
-        (RESULTS / "profile_onestep.md").write_text(render(report, command))
+    checkouts.save(report, render(report, command), "profile_onestep", RESULTS, args.json)
     return 0
 
 

@@ -20,7 +20,6 @@ called faster only when its slowest repetition's p50 is below the before variant
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -161,24 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         admin, n, warmup, out = argv[1], int(argv[2]), int(argv[3]), argv[4]
         Path(out).write_text(json.dumps(one_pass(admin, n, warmup)))
         return 0
-    ap = argparse.ArgumentParser(prog="python -m prove.result_wait",
-                                 description=(__doc__ or "").split("\n")[0])  # fmt: skip
-    for k, v in FULL.items():
-        ap.add_argument(f"--{k}", type=int, default=v)
-    checkouts.add_before(ap, "measure")
-    ap.add_argument("--json", default=None, help="write the report here instead of results/")
-    args = ap.parse_args(argv)
-    cfg = {k: getattr(args, k) for k in FULL}
+    args, cfg = checkouts.parse("prove.result_wait", __doc__ or "", FULL, "measure", argv)
     report = run(cfg, checkouts.variants(args.before, ROOT))
     report["command"] = checkouts.command("prove.result_wait", argv, report["variants"])
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
-        Path(args.json).with_suffix(".md").write_text(render(report))
-    else:
-        from prove.scrub import scrub
-
-        (RESULTS / "result_wait.json").write_text(scrub(json.dumps(report, indent=1, default=str)))
-        (RESULTS / "result_wait.md").write_text(render(report))
+    checkouts.save(report, render(report), "result_wait", RESULTS, args.json)
     return 0
 
 
