@@ -4,6 +4,8 @@ Code inside a worker can explain why a run it started stopped; it cannot notice 
 ever started one. `interlock watchdog` reads Postgres only and reports, beyond a threshold:
 
 - workflows pending or sleeping past their available_at (no worker is claiming them);
+- workflows awaiting a worker past their available_at (no deployment serves their name or the
+  version they were started for: start a worker that registers it);
 - workflows running with an expired lease and no takeover (every worker is gone or stuck);
 - effects still dispatched past send_deadline + settle_margin (recovery has not come);
 - AMBIGUOUS effects that no human has reconciled yet.
@@ -20,17 +22,27 @@ import time
 
 from . import db, local_postgres
 from .cli_parsing import HelpFormatter
+from .vocabulary import WorkflowStatus as S
 
 
 def report(conn: db.Conn, threshold: float) -> dict[str, list[db.Row]]:
     params = {"threshold": threshold}
     workflows = conn.execute(db.query("overdue_workflows"), params).fetchall()
     return {
-        "stalled_workflows": [w for w in workflows if w["status"] != "running"],
-        "abandoned_leases": [w for w in workflows if w["status"] == "running"],
+        "stalled_workflows": [w for w in workflows if w["status"] in (S.PENDING, S.SLEEPING)],
+        "unserved_workflows": [w for w in workflows if w["status"] == S.AWAITING_WORKER],
+        "abandoned_leases": [w for w in workflows if w["status"] == S.RUNNING],
         "unresolved_effects": conn.execute(db.query("overdue_effects"), params).fetchall(),
         "ambiguous_effects": conn.execute(db.query("unreconciled_ambiguous")).fetchall(),
     }
+
+
+def _unserved(row: db.Row) -> str:
+    """What an awaiting_worker run waits for, and so what to start."""
+    if row.get("status") != S.AWAITING_WORKER:
+        return ""
+    wanted = f" version {row['wanted_version']}" if row.get("wanted_version") else ""
+    return f" (no worker serves {row['name']}{wanted}: start one that registers it)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in rows:
                     what = r.get("id") or r.get("effect_id")
                     late = f", {r['overdue_s']:.1f} s overdue" if "overdue_s" in r else ""
-                    print(f"  {kind}: {what}{late}")
+                    print(f"  {kind}: {what}{late}{_unserved(r)}")
         if args.every is None:
             return 1 if total else 0
         time.sleep(args.every)

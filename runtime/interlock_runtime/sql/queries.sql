@@ -460,11 +460,14 @@ select ilr.signal_parent(%(child)s, %(done)s) as signal_id;
 -- ============================================================================================
 
 -- name: overdue_workflows
-select id, name, version, status, available_at, lease_expires_at, owner,
+-- An awaiting_worker run is due from its available_at too: past it, no deployment serves the
+-- name (or the wanted_version) it was started for.
+select id, name, version, wanted_version, status, available_at, lease_expires_at, owner,
        extract(epoch from now() - case when status = 'running' then lease_expires_at
                                        else available_at end)::float8 as overdue_s
   from ilr.workflows
- where (status in ('pending','sleeping') and available_at < now() - make_interval(secs => %(threshold)s))
+ where (status in ('awaiting_worker','pending','sleeping')
+        and available_at < now() - make_interval(secs => %(threshold)s))
     or (status = 'running' and lease_expires_at < now() - make_interval(secs => %(threshold)s))
  order by overdue_s desc;
 
