@@ -252,8 +252,9 @@ class AsyncWorkflowContext(RunView):
                 pass
         if error is not None:
             return None
-        if db._stable(output):
-            return output
+        local = db.stored_locally(output)
+        if local is not db.NEEDS_SERVER:
+            return local
         async with self._pool.connection() as conn:
             return await async_db.as_stored(conn, output)
 

@@ -126,8 +126,9 @@ async def fenced(conn: AConn, wf: str, epoch: int, ttl: float) -> AsyncIterator[
 
 async def as_stored(conn: AConn, value: Any) -> Any:
     """db.as_stored: the value as jsonb gives it back."""
-    if db._stable(value):
-        return value
+    local = db.stored_locally(value)
+    if local is not db.NEEDS_SERVER:
+        return local
     return (await one(conn, "as_stored", {"value": db.jsonb(value)}))["value"]
 
 

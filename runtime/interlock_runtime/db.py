@@ -181,22 +181,45 @@ def fenced(conn: Conn, wf: str, epoch: int, ttl: float) -> Iterator[Row]:
 
 def as_stored(conn: Conn, value: Any) -> Any:
     """The value as a jsonb column will give it back: jsonb reorders object keys (shortest
-    first) and prints numbers without exponents (1e16 comes back as an int). Values where
-    neither can happen are returned as they are; the rest make one round trip, no transaction.
+    first) and prints numbers without exponents (1e16 comes back as an int). Without a float
+    (or anything else whose text jsonb may change) that is computed here (`stored_locally`);
+    the rest make one round trip, no transaction.
     """
-    if _stable(value):
-        return value
+    local = stored_locally(value)
+    if local is not NEEDS_SERVER:
+        return local
     return one(conn.execute(query("as_stored"), {"value": Jsonb(value)}))["value"]
 
 
-def _stable(value: Any) -> bool:
+NEEDS_SERVER: Any = object()
+"""stored_locally's answer for a value only Postgres can say how jsonb gives back."""
+
+
+def stored_locally(value: Any) -> Any:
+    """The value as jsonb gives it back, where that is certain without asking: None, bools,
+    ints and strings unchanged, lists item by item, objects with their keys in jsonb's order
+    (shorter first by UTF-8 bytes, then bytewise; runtime/tests/test_codec_jsonb.py holds the
+    rule to Postgres'). NEEDS_SERVER for a float, a key that is not a string, or any other type."""
     if value is None or isinstance(value, (bool, int, str)):
-        return True
+        return value
     if isinstance(value, list):
-        return all(_stable(v) for v in value)
+        items = [stored_locally(v) for v in value]
+        return NEEDS_SERVER if any(v is NEEDS_SERVER for v in items) else items
     if isinstance(value, dict):
-        return len(value) <= 1 and all(_stable(v) for v in value.values())
-    return False  # floats, and anything else
+        if not all(isinstance(k, str) for k in value):
+            return NEEDS_SERVER
+        out = {}
+        for key in sorted(value, key=_jsonb_key_order):
+            out[key] = stored_locally(value[key])
+            if out[key] is NEEDS_SERVER:
+                return NEEDS_SERVER
+        return out
+    return NEEDS_SERVER  # floats (jsonb prints numbers its own way), and anything else
+
+
+def _jsonb_key_order(key: str) -> tuple[int, bytes]:
+    raw = key.encode("utf-8", "surrogatepass")
+    return len(raw), raw
 
 
 def db_now(conn: Conn) -> datetime:
