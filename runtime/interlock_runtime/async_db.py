@@ -22,7 +22,6 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from . import db
-from .errors import Fenced
 
 AConn = psycopg.AsyncConnection[db.Row]
 """An async connection: autocommit, rows as dicts, like db.Conn."""
@@ -120,8 +119,16 @@ async def fenced(conn: AConn, wf: str, epoch: int, ttl: float) -> AsyncIterator[
     async with conn.transaction():
         row = await first(conn, "fence", {"wf": wf, "epoch": epoch, "ttl": ttl})
         if row is None:
-            raise Fenced(f"workflow {wf}: epoch {epoch} no longer holds a live claim")
+            raise db.fence_lost(wf, epoch)
         yield row
+
+
+async def record_step_fenced(conn: AConn, step: dict[str, Any], ttl: float) -> db.Row:
+    """db.record_step_fenced, awaited: one statement, one round trip."""
+    row = await first(conn, "record_step_fenced", {**step, "ttl": ttl})
+    if row is None:
+        raise db.fence_lost(step["wf"], step["epoch"])
+    return row
 
 
 async def as_stored(conn: AConn, value: Any) -> Any:

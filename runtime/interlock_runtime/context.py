@@ -351,6 +351,23 @@ class WorkflowContext(RunView):
         except Fenced as exc:
             self._unwinding = exc
             raise
+        self._written(t0, fence, flushed)
+
+    def _record_one(self, params: dict[str, Any]) -> Any:
+        """_fenced_write around one step record with nothing deferred before it, as one
+        statement (one round trip, not four); returns the output as stored."""
+        t0 = time.monotonic()
+        try:
+            row = db.record_step_fenced(self._conn, params, self._run.lease_ttl)
+        except Fenced as exc:
+            self._unwinding = exc
+            raise
+        self._written(t0, row, [params])
+        return row["output"]
+
+    def _written(self, t0: float, fence: db.Row, flushed: list[dict[str, Any]]) -> None:
+        """After a fenced write committed: the local deadline renewed from its start, a cancel
+        noted, the kill point of each step record it carried."""
         self._run.renewed(t0)
         if fence["cancel_requested_at"] is not None:
             self._run.cancel_requested_at = fence["cancel_requested_at"]
@@ -360,7 +377,9 @@ class WorkflowContext(RunView):
 
     def _flush(self) -> None:
         """Commit a deferred step record now (before a body runs or the workflow waits)."""
-        if self._pending:
+        if len(self._pending) == 1:
+            self._record_one(self._pending.pop())
+        elif self._pending:
             with self._fenced_write():
                 pass
 
@@ -391,6 +410,8 @@ class WorkflowContext(RunView):
         if defer:
             self._pending.append(self._step_params(seq, kind, name, output, error, fingerprint))
             return db.as_stored(self._conn, output) if error is None else None
+        if not self._pending:
+            return self._record_one(self._step_params(seq, kind, name, output, error, fingerprint))
         with self._fenced_write():
             return self._insert_step(seq, kind, name, output, error, fingerprint)
 

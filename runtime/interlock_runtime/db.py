@@ -175,8 +175,22 @@ def fenced(conn: Conn, wf: str, epoch: int, ttl: float) -> Iterator[Row]:
     with conn.transaction():
         row = conn.execute(query("fence"), {"wf": wf, "epoch": epoch, "ttl": ttl}).fetchone()
         if row is None:
-            raise Fenced(f"workflow {wf}: epoch {epoch} no longer holds a live claim")
+            raise fence_lost(wf, epoch)
         yield row
+
+
+def fence_lost(wf: str, epoch: int) -> Fenced:
+    return Fenced(f"workflow {wf}: epoch {epoch} no longer holds a live claim")
+
+
+def record_step_fenced(conn: Conn, step: dict[str, Any], ttl: float) -> Row:
+    """fenced() around one insert_step, as one statement (query record_step_fenced): `step` is
+    insert_step's parameters. Returns the fence row with the output as stored; raises Fenced
+    (nothing written) when the claim is gone."""
+    row = conn.execute(query("record_step_fenced"), {**step, "ttl": ttl}).fetchone()
+    if row is None:
+        raise fence_lost(step["wf"], step["epoch"])
+    return row
 
 
 def as_stored(conn: Conn, value: Any) -> Any:

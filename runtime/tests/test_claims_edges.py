@@ -142,3 +142,35 @@ def test_the_one_statement_completion_matches_only_a_live_lease_of_the_current_e
                        "where id = %s", (WF, WF)).fetchone()  # fmt: skip
     assert done == {"status": "completed", "result": "done", "owner": None,
                     "lease_expires_at": None, "step": "out"}  # fmt: skip
+
+
+def _record_in_one(conn, epoch: int) -> bool:
+    """A step record as one fenced statement (query record_step_fenced)."""
+    step = {"wf": WF, "epoch": epoch, "seq": 1, "name": "s", "kind": "step", "fingerprint": None,
+            "output": db.jsonb({"b": 1, "a": 2}), "error": None}  # fmt: skip
+    try:
+        row = db.record_step_fenced(conn, step, 5.0)
+    except Fenced:
+        return False
+    assert row["output"] == {"a": 2, "b": 1} and row["cancel_requested_at"] is None
+    return True
+
+
+def test_the_one_statement_step_record_matches_only_a_live_lease_of_the_current_epoch(row) -> None:
+    _running(row, 3, 5)
+    row.execute("update ilr.workflows set takeovers = 2, waiting = '{\"seq\": 1}' where id = %s",
+                (WF,))  # fmt: skip
+    assert not _record_in_one(row, 2)  # a stale epoch, while the lease is live
+    assert not _record_in_one(row, 4)
+    _running(row, 3, -0.5)  # the same epoch, its lease just expired, nobody claimed yet
+    assert not _record_in_one(row, 3)
+    untouched = row.execute("select takeovers, lease_expires_at < now() as gone, (select count(*) "
+                            "from ilr.steps where workflow_id = %s) as steps from ilr.workflows "
+                            "where id = %s", (WF, WF)).fetchone()  # fmt: skip
+    assert untouched == {"takeovers": 2, "gone": True, "steps": 0}  # refused: nothing written
+    _running(row, 3, 0.5)
+    assert _record_in_one(row, 3)
+    done = row.execute("select takeovers, waiting, lease_expires_at > now() + interval '4 s' as "
+                       "extended, (select epoch from ilr.steps where workflow_id = %s and seq = 1) "
+                       "as step_epoch from ilr.workflows where id = %s", (WF, WF)).fetchone()  # fmt: skip
+    assert done == {"takeovers": 0, "waiting": None, "extended": True, "step_epoch": 3}

@@ -102,6 +102,28 @@ touched as (
    where id = (select workflow_id from step))
 select output from step;
 
+-- name: record_step_fenced
+-- One fenced step record in one statement, so one round trip where the general form takes
+-- four (BEGIN, fence, insert_step, COMMIT): the fence's update, with its condition (this
+-- claim's epoch, status running, a live lease by the database clock) and its lease extension,
+-- also does what insert_step does to the workflow row (takeovers reset, waiting cleared; one
+-- statement may not update a row twice), and the step row hangs off the row it returns. Claim
+-- gone: no row, nothing written. Returns the fence's row and the output as stored.
+with fence as (
+  update ilr.workflows
+     set lease_expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now(),
+         takeovers = 0, waiting = null
+   where id = %(wf)s and epoch = %(epoch)s and status = 'running'
+     and lease_expires_at > now()
+  returning id, cancel_requested_at, now() as now, lease_expires_at),
+step as (
+  insert into ilr.steps (workflow_id, seq, name, kind, fingerprint, output, error, epoch)
+  select id, %(seq)s, %(name)s, %(kind)s, %(fingerprint)s, %(output)s, %(error)s, %(epoch)s
+    from fence
+  returning output)
+select cancel_requested_at, now, lease_expires_at, (select output from step) as output
+  from fence;
+
 -- name: as_stored
 -- A value as a jsonb column returns it (key order, number format), for a deferred step record.
 select %(value)s::jsonb as value;
