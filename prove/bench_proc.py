@@ -74,13 +74,14 @@ def loadavg1(text: str | None = None) -> float:
 
 def cpu_jiffies(text: str | None = None) -> dict[str, int]:
     """The aggregate `cpu` line of /proc/stat (text: its content, read when not given): total
-    jiffies and the steal column."""
+    jiffies, the steal column, and idle (idle + iowait: no process of this machine ran)."""
     line = (text or Path("/proc/stat").read_text()).splitlines()[0].split()
     assert line[0] == "cpu", line
     vals = [int(x) for x in line[1:]]
     # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is already
     # inside user/nice, so the total is the first eight columns.
-    return {"total": sum(vals[:8]), "steal": vals[7] if len(vals) > 7 else 0}
+    return {"total": sum(vals[:8]), "steal": vals[7] if len(vals) > 7 else 0,
+            "idle": vals[3] + (vals[4] if len(vals) > 4 else 0)}  # fmt: skip
 
 
 def machine_state() -> dict:
@@ -91,9 +92,14 @@ def machine_delta(start: dict, end: dict) -> dict:
     """What one repetition ran under: load average at its start and end, steal over it."""
     total = end["jiffies"]["total"] - start["jiffies"]["total"]
     steal = end["jiffies"]["steal"] - start["jiffies"]["steal"]
+    idle = end["jiffies"].get("idle", 0) - start["jiffies"].get("idle", 0)
+    cores = os.cpu_count() or 1
+    # busy: the share of all jiffies in which some process of this machine ran (neither idle
+    # nor stolen by the host), in cores
+    busy = (total - idle - steal) / total * cores if total > 0 else 0.0
     return {"load1_start": start["load1"], "load1_end": end["load1"],
-            "steal_share": steal / total if total > 0 else 0.0,
-            "seconds": end["t"] - start["t"], "cores": os.cpu_count()}  # fmt: skip
+            "steal_share": steal / total if total > 0 else 0.0, "busy_cores": busy,
+            "seconds": end["t"] - start["t"], "cores": cores}  # fmt: skip
 
 
 def rerun_candidates(values: list[float | None], limit: float = RERUN_LIMIT) -> list[dict]:

@@ -197,17 +197,20 @@ def test_loadavg_and_steal_parse():
     # The columns: user nice system idle iowait irq softirq steal guest guest_nice (guest time
     # is inside user already, so it is not added to the total).
     stat = "cpu  100 0 50 800 10 0 5 35 20 0\ncpu0 50 0 25 400 5 0 2 18 10 0\n"
-    assert bench_proc.cpu_jiffies(stat) == {"total": 1000, "steal": 35}
+    assert bench_proc.cpu_jiffies(stat) == {"total": 1000, "steal": 35, "idle": 810}
     assert bench_proc.loadavg1("0.42 0.30 0.10 1/92 4512\n") == 0.42
     a = bench_proc.machine_state()
     time.sleep(0.05)
     d = bench_proc.machine_delta(a, bench_proc.machine_state())
     assert 0.0 <= d["steal_share"] <= 1.0 and d["cores"] == os.cpu_count()
     # The steal share is the steal column's delta over all jiffies' delta.
-    s0 = {"t": 0.0, "load1": 1.0, "jiffies": {"total": 1000, "steal": 10}}
-    s1 = {"t": 2.0, "load1": 3.0, "jiffies": {"total": 2000, "steal": 60}}
+    s0 = {"t": 0.0, "load1": 1.0, "jiffies": {"total": 1000, "steal": 10, "idle": 500}}
+    s1 = {"t": 2.0, "load1": 3.0, "jiffies": {"total": 2000, "steal": 60, "idle": 800}}
     assert bench_proc.machine_delta(s0, s1)["steal_share"] == pytest.approx(0.05)
     assert bench_proc.machine_delta(s0, s1)["load1_end"] == 3.0
+    # busy: neither idle nor stolen, in cores: (1000 - 300 - 50) / 1000 of every core
+    cores = os.cpu_count()
+    assert bench_proc.machine_delta(s0, s1)["busy_cores"] == pytest.approx(0.65 * cores)
 
 
 BURN = "import time\nt=time.process_time()\nwhile time.process_time()-t<{s}: pass\n"
