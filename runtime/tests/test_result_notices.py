@@ -82,8 +82,9 @@ def test_only_an_awaited_run_announces_its_end(dsn, workers, tmp_path) -> None:
 
 
 def test_a_run_not_yet_claimed_is_not_written_by_a_wait(dsn) -> None:
-    """No worker: the run stays pending while result() waits. Its row is not marked, not even
-    rewritten (same xmin): a claim (FOR UPDATE SKIP LOCKED) never finds it held by a mark."""
+    """No worker: the run stays pending (then sleeping but due) while result() waits. Its row is
+    not marked, not even rewritten (same xmin): a claim (FOR UPDATE SKIP LOCKED) never finds
+    it held by a mark."""
     with Runtime(dsn) as rt, psycopg.connect(dsn, autocommit=True) as c:
         rt.register(echo)
         rt.start("echo", "wf-pending", {"x": 1})
@@ -92,6 +93,44 @@ def test_a_run_not_yet_claimed_is_not_written_by_a_wait(dsn) -> None:
         with pytest.raises(TimeoutError, match="still pending"):
             rt.result("wf-pending", timeout=0.5, poll=30)
         assert c.execute(row).fetchone() == before == (before[0], False)
+        # nor a sleeping row already due (its timer has come: a claim is about to take it)
+        c.execute("update ilr.workflows set status = 'sleeping', available_at = now() - "
+                  "interval '1 second' where id = 'wf-pending'")  # fmt: skip
+        before = c.execute(row).fetchone()
+        with pytest.raises(TimeoutError, match="still sleeping"):
+            rt.result("wf-pending", timeout=0.5, poll=30)
+        assert c.execute(row).fetchone() == before == (before[0], False)
+
+
+def test_a_wait_on_a_run_waiting_for_a_signal_is_marked_and_does_not_poll(dsn, workers) -> None:
+    """A run parked on a signal (status sleeping, due never) is marked by the wait's first look:
+    the wait then sleeps until the end is heard instead of looking every 0.1 s, and the signal
+    that ends the run wakes it."""
+    workers("N6")
+    box: list = []
+    with Runtime(dsn) as rt:
+        rt.start("waiter", "wf-n6", {"timeout": 0.2})
+        deadline = time.monotonic() + 20
+        while rt.describe("wf-n6")["status"] != "sleeping":
+            assert time.monotonic() < deadline, "the run never parked on its signal"
+            time.sleep(0.05)
+        looks = []
+        look = rt._look
+        rt._look = lambda *a, **k: looks.append(k.get("mark")) or look(*a, **k)  # type: ignore[method-assign]
+        waiting = threading.Thread(target=lambda: box.append(rt.result("wf-n6", timeout=20,
+                                                                        poll=30)))  # fmt: skip
+        waiting.start()
+        time.sleep(1.5)
+        assert _awaited(dsn, "wf-n6")
+        assert len(looks) <= 2, f"{len(looks)} looks in 1.5 s at a parked run (unheard: 0.1 s)"
+        with Runtime(dsn) as other:
+            other.signal("wf-n6", "go", 1)
+            other.signal("wf-n6", "go", 2)
+        sent = time.monotonic()
+        waiting.join(timeout=15)
+        returned = time.monotonic()
+    assert box == [[1, 2, None]]
+    assert returned - sent < 5.0, f"result() returned {returned - sent:.2f} s after the signals"
 
 
 def test_a_lost_listener_is_replaced_and_the_wait_still_ends(dsn, workers, tmp_path) -> None:

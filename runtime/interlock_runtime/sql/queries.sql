@@ -289,15 +289,18 @@ select id, name, version, input, status, epoch, owner, lease_expires_at, takeove
 select status, result, error from ilr.workflows where id = %(id)s;
 
 -- name: await_end
--- result()'s look, marking a running run awaited so that its end is announced on ilr_ended
--- (migration 0008). Only a running row is marked: its worker's writes wait out the mark's row
--- lock (one commit), where a claim (FOR UPDATE SKIP LOCKED) would pass over a pending or
--- sleeping row the mark held and leave it to the next poll. The select reads the row as it
--- was when the statement began; the update re-reads it under its lock. `heard`: an end from
--- now on will be announced (this statement marked the row, or it was marked before).
+-- result()'s look, marking a run awaited so that its end is announced on ilr_ended (migration
+-- 0008). A running row is marked: its worker's writes wait out the mark's row lock (one
+-- commit). So is a sleeping row not yet due (a timer ahead, a signal or an approval awaited
+-- for hours): no claim is after it now, and its waiter need not poll it. A pending or due row
+-- is not: a claim (FOR UPDATE SKIP LOCKED) would pass over it while the mark held it, and one
+-- is about to come. The select reads the row as it was when the statement began; the update
+-- re-reads it under its lock. `heard`: an end from now on will be announced (this statement
+-- marked the row, or it was marked before).
 with marked as (
   update ilr.workflows set awaited = true
-   where id = %(id)s and not awaited and status = 'running'
+   where id = %(id)s and not awaited
+     and (status = 'running' or (status = 'sleeping' and available_at > now()))
   returning id)
 select status, result, error, awaited or exists (select 1 from marked) as heard
   from ilr.workflows where id = %(id)s;
