@@ -1770,6 +1770,14 @@ def async_target_pair(report: dict) -> dict | None:
     return max(pairs, key=lambda p: (p["per_worker"], p["workers"])) if pairs else None
 
 
+def async_reach(pair: dict) -> tuple[float | None, float | None]:
+    """At the judged pair: the sync worker's median workflows/s per process, and the median
+    ceiling of the machine at the asyncio point's CPU per workflow (None where unmeasured)."""
+    sync = spread([x["sync_wf_s_per_process"] for x in pair["per_rep"]])["median"]
+    ceil = spread([x.get("async_machine", {}).get("ceiling_wf_s") for x in pair["per_rep"]])
+    return sync, ceil["median"]
+
+
 def async_refund_section(report: dict, cfg: dict) -> list[str]:
     """Shape 2: the asyncio worker against the sync worker (issue 23): rule, then the data."""
     pairs = report["shape2"].get("async_vs_sync") or {}
@@ -1810,10 +1818,7 @@ def async_refund_section(report: dict, cfg: dict) -> list[str]:
                  + " | ".join(cells) + " |")  # fmt: skip
     pair = async_target_pair(report)
     if pair:
-        sync = spread([x["sync_wf_s_per_process"] for x in pair["per_rep"]])["median"]
-        ceil = spread([x.get("async_machine", {}).get("ceiling_wf_s") for x in pair["per_rep"]])[
-            "median"
-        ]
+        sync, ceil = async_reach(pair)
         if sync and ceil:
             L += ["", f"At {pair['workers']}x{pair['per_worker']}, {ASYNC_TARGET:.0f}x the sync "
                   f"worker's median is {_f(ASYNC_TARGET * sync)} workflows/s per process; the "
@@ -1941,10 +1946,9 @@ def targets(report: dict) -> list[tuple[str, str, str]]:
     pair = async_target_pair(report)
     if pair:
         r = pair["ratio"]
-        ceil = spread([x.get("async_machine", {}).get("ceiling_wf_s") for x in pair["per_rep"]])
-        sync = spread([x["sync_wf_s_per_process"] for x in pair["per_rep"]])
-        reach = (f"; the machine's ceiling {_f(ceil['median'] / sync['median'], 2)}x the sync "
-                 "worker's" if ceil["median"] and sync["median"] else "")  # fmt: skip
+        sync, ceil = async_reach(pair)
+        reach = (f"; the machine's ceiling {_f(ceil / sync, 2)}x the sync worker's"
+                 if ceil and sync else "")  # fmt: skip
         out.append((f"refund: the asyncio worker's workflows/s per worker process >= "
                     f"{ASYNC_TARGET:.0f}x the sync worker's (same run; {pair['workers']} worker "
                     f"x {pair['per_worker']} clients)", f"ratio {_ms(r, 2)}{reach}",

@@ -92,7 +92,7 @@ def machine_delta(start: dict, end: dict) -> dict:
     """What one repetition ran under: load average at its start and end, steal over it."""
     total = end["jiffies"]["total"] - start["jiffies"]["total"]
     steal = end["jiffies"]["steal"] - start["jiffies"]["steal"]
-    idle = end["jiffies"].get("idle", 0) - start["jiffies"].get("idle", 0)
+    idle = end["jiffies"]["idle"] - start["jiffies"]["idle"]
     cores = os.cpu_count() or 1
     # busy: the share of all jiffies in which some process of this machine ran (neither idle
     # nor stolen by the host), in cores

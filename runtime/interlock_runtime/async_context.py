@@ -261,6 +261,8 @@ class AsyncWorkflowContext(RunView):
                       error: Any = None, fingerprint: str | None = None,
                       defer: bool = False) -> Any:  # fmt: skip
         params = self._cursor._step_params(seq, kind, name, output, error, fingerprint)
+        if not defer and not self._pending:  # one statement, which returns the output as stored
+            return await self._record_one(params)
         self._pending.append(params)
         if not defer:  # committed now, through the flush (so step_after_record fires here too)
             await self._flush()
