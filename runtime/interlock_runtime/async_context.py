@@ -60,6 +60,8 @@ from .errors import (
     Suspend,
     WorkflowFailed,
     WorkflowTimedOut,
+    database_lost,
+    is_database_fault,
 )
 from .events import emit
 from .telemetry import body_span, retry_span, wait_span
@@ -209,6 +211,18 @@ class AsyncWorkflowContext(RunView):
 
     # -- writes -----------------------------------------------------------------------------
 
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AConn]:
+        """A pool connection for one transaction of this run. A database fault in it unwinds
+        the run as DatabaseLost, remembered (WorkflowContext's _durable, run_end.py rule 1)."""
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except Exception as exc:
+            if not is_database_fault(exc):
+                raise
+            self._cursor._raise(database_lost(exc))
+
     async def _frontier(self, flush: bool = True) -> None:
         """WorkflowContext's frontier checks (fence, C1, execution deadline, stopping, cancel
         once), then the deferred records, then the checks again: the flush's fence may bring
@@ -231,7 +245,7 @@ class AsyncWorkflowContext(RunView):
         """_fenced_write around one step record, as one statement (db.record_step_fenced)."""
         t0 = time.monotonic()
         try:
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 row = await async_db.record_step_fenced(conn, params, self._run.lease_ttl)
         except Fenced as exc:
             self._cursor._unwinding = exc
@@ -246,7 +260,7 @@ class AsyncWorkflowContext(RunView):
         t0 = time.monotonic()
         flushed, self._pending = sorted(self._pending, key=lambda p: p["seq"]), []
         try:
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 async with async_db.fenced(conn, self.workflow_id, self.epoch,
                                            self._run.lease_ttl) as fence:  # fmt: skip
                     for params in flushed:
@@ -271,7 +285,7 @@ class AsyncWorkflowContext(RunView):
         local = db.stored_locally(output)
         if local is not db.NEEDS_SERVER:
             return local
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             return await async_db.as_stored(conn, output)
 
     # -- bodies -----------------------------------------------------------------------------
@@ -460,7 +474,7 @@ class AsyncWorkflowContext(RunView):
             self._cursor._frontier(flush=False)
             label = f"decide {self.workflow_id}#{seq} {name}"
             captured = await self._call(label, premises) if premises else None
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 captured_at = _iso(await async_db.db_now(conn))
 
             async def ask() -> Any:
@@ -471,7 +485,7 @@ class AsyncWorkflowContext(RunView):
                     async with self._fenced_write() as (conn, _):
                         await conn.execute(db.query("log_llm_call"), params)
                 else:
-                    async with self._pool.connection() as conn:
+                    async with self._connection() as conn:
                         await conn.execute(db.query("log_llm_call"), params)
                 return await self._call(label, call, request)  # the model call only
 
@@ -524,12 +538,17 @@ class AsyncWorkflowContext(RunView):
 
         async def stage(part: Callable[[], Any]) -> Any:
             def lent() -> Any:
-                with self._sync_pool.connection() as conn:
-                    here._conn = conn
-                    try:
-                        return part()
-                    finally:
-                        here._conn = cast(db.Conn, None)
+                try:
+                    with self._sync_pool.connection() as conn:
+                        here._conn = conn
+                        try:
+                            return part()
+                        finally:
+                            here._conn = cast(db.Conn, None)
+                except Exception as exc:  # as _connection: the run unwinds, remembered
+                    if not is_database_fault(exc):
+                        raise
+                    here._raise(database_lost(exc))
 
             return await loop.run_in_executor(self._gate, lent)
 
@@ -792,7 +811,7 @@ class AsyncWorkflowContext(RunView):
                   "seq": step["seq"], "name": step["name"], "kind": step["kind"],
                   "fingerprint": step["fingerprint"], "output": step["output"],
                   "step_error": step["error"], "ends_grants": status in ENDS_GRANTS}  # fmt: skip
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             row = await async_db.first(conn, "finish_fenced", params)
         if row is None:
             self._cursor._raise(Fenced(f"workflow {self.workflow_id}: epoch {self.epoch} no "
@@ -803,7 +822,7 @@ class AsyncWorkflowContext(RunView):
 
     async def mark_swallowed(self, error: dict[str, Any]) -> None:
         """A swallowed Suspend: guarded by the unchanged epoch (the suspend released the row)."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(db.query("mark_stuck_unfenced"),
                                {"wf": self.workflow_id, "epoch": self.epoch,
                                 "error": db.jsonb(error)})  # fmt: skip

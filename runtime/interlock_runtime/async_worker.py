@@ -25,7 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import async_db, codec, db, effect_send, timeouts
+from . import async_db, db, effect_send, run_end
 from .async_context import (
     RUN_TASKS,
     WORKFLOW_CODE,
@@ -34,23 +34,10 @@ from .async_context import (
     task_factory,
 )
 from .context import Run, workflow_input
-from .errors import (
-    Cancelled,
-    ContinuedAsNew,
-    Fenced,
-    NonDeterminism,
-    Release,
-    Suspend,
-    WorkflowTimedOut,
-)
+from .errors import Fenced
 from .events import emit
 from .telemetry import run_span
 from .worker import Worker
-
-# The runtime's unwinding exceptions derive from BaseException; these end a run as the sync
-# worker ends it. Anything else a BaseException (asyncio.CancelledError, SystemExit) propagates.
-_ENDINGS = (Exception, Suspend, Fenced, ContinuedAsNew, Release, NonDeterminism, Cancelled,
-            WorkflowTimedOut)  # fmt: skip
 
 
 class AsyncWorker(Worker):
@@ -84,15 +71,13 @@ class AsyncWorker(Worker):
             await self._run_async(run, env)
 
     async def _run_async(self, run: Run, env: _Loop) -> None:
-        ids = {"worker": self.worker_id, "wf": run.workflow_id, "epoch": run.epoch}
-
         def context(steps: list[db.Row]) -> AsyncWorkflowContext:
             return AsyncWorkflowContext(run, env.pool, steps, self.worker_id, self.stopping,
                                         env.threads, env.sync_pool, env.gate)  # fmt: skip
 
         if run.execution_deadline is not None and run.claimed_now is not None \
                 and run.claimed_now >= run.execution_deadline:  # fmt: skip
-            await self._timed_out_async(context([]), run, "claim")
+            await self._end_async(context([]), run_end.timed_out_at_claim(run.execution_deadline))
             return
         steps: list[db.Row] = []
         if run.has_steps:
@@ -111,74 +96,26 @@ class AsyncWorker(Worker):
             finally:
                 WORKFLOW_CODE.reset(token)
             ctx.check_awaited()
-        except _ENDINGS as exc:
+        except run_end.ENDINGS as exc:
             ended = exc
         await _settle()  # what the run left running ends with it, before its last write
         ctx.close_unawaited()
-        if isinstance(ended, Suspend):
-            emit("suspended", **ids, reason=str(ended))
-        elif isinstance(ended, Fenced):
-            emit("fenced", **ids, by="write", reason=str(ended))
-        elif isinstance(ended, ContinuedAsNew):
-            emit("continued", **ids, successor=ended.args[0])
-        elif isinstance(ended, Release):
-            await self._finish_async(ctx, "release")
-            emit("released", **ids)
-        elif isinstance(ended, NonDeterminism):
-            error = {"type": "NonDeterminism", "seq": ended.seq, "recorded": ended.recorded,
-                     "called": ended.called}  # fmt: skip
-            await self._finish_async(ctx, "stuck", error=error)
-            emit("stuck", **ids, error=error)
-        elif isinstance(ended, Cancelled):
-            await self._finish_async(ctx, "cancelled", error={"type": "Cancelled"})
-            emit("cancelled", **ids)
-        elif isinstance(ended, WorkflowTimedOut) or isinstance(ctx.unwinding, WorkflowTimedOut):
-            await self._timed_out_async(ctx, run, "run")
-        elif ended is not None:
-            error = {"type": type(ended).__qualname__, "message": str(ended)}
-            await self._finish_async(ctx, "failed", error=error)
-            emit("failed", **ids, error=error)
-        elif ctx.unwinding is not None:
-            await self._swallowed_async(ctx, ids)
-        else:
+        await self._end_async(
+            ctx, run_end.ending(ended, ctx.unwinding, result, run.execution_deadline)
+        )
+
+    async def _end_async(self, ctx: AsyncWorkflowContext, end: run_end.Ending) -> None:
+        """Worker._end on the async connections: what run_end decided, written, then said."""
+        if end.write == "stuck_unfenced":
+            await ctx.mark_swallowed(end.error)
+        elif end.write is not None:
             try:
-                result = codec.encode(result, "the workflow's return value")
-                db.to_json_text(result, "the workflow's return value")
-            except TypeError as exc:
-                await self._finish_async(ctx, "failed",
-                                         error={"type": "TypeError", "message": str(exc)})  # fmt: skip
-                emit("failed", **ids, error=str(exc))
+                await ctx.finish(end.write, end.result, end.error)
+            except Fenced as exc:
+                emit("fenced", worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch,
+                     by="write", reason=str(exc))  # fmt: skip
                 return
-            await self._finish_async(ctx, "completed", result=result)
-            emit("completed", **ids)
-
-    async def _finish_async(self, ctx: AsyncWorkflowContext, status: str, result: Any = None,
-                            error: Any = None) -> None:  # fmt: skip
-        try:
-            await ctx.finish(status, result, error)
-        except Fenced as exc:
-            emit("fenced", worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, by="write",
-                 reason=str(exc))  # fmt: skip
-
-    async def _timed_out_async(self, ctx: AsyncWorkflowContext, run: Run, by: str) -> None:
-        was = "waiting to run" if by == "claim" else "running"
-        error = timeouts.execution_error(run.execution_deadline, by, was)
-        await self._finish_async(ctx, "timed_out", error=error)
-        emit("timed_out", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch, by=by)
-
-    async def _swallowed_async(self, ctx: AsyncWorkflowContext, ids: dict[str, Any]) -> None:
-        caught = ctx.unwinding
-        error = {"type": "SuspendSwallowed" if isinstance(caught, Suspend) else "UnwindSwallowed",
-                 "message": f"workflow code caught {type(caught).__name__} and returned; "
-                            "do not catch BaseException in workflow code"}  # fmt: skip
-        if isinstance(caught, Suspend):
-            await ctx.mark_swallowed(error)
-        elif isinstance(caught, Fenced):
-            emit("fenced", **ids, by="write", reason=str(caught))
-            return
-        else:
-            await self._finish_async(ctx, "stuck", error=error)
-        emit("stuck", **ids, error=error)
+        emit(end.event, worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, **end.fields)
 
 
 async def _settle() -> None:

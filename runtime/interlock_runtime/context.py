@@ -10,6 +10,7 @@ waiting state and releases the row in one fenced transaction, then raises Suspen
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, cast
 
 from . import codec, db, killpoints, queues, telemetry, timeouts, validate
 from .effects import run_effect
@@ -38,6 +39,8 @@ from .errors import (
     Suspend,
     WorkflowFailed,
     WorkflowTimedOut,
+    database_lost,
+    is_database_fault,
 )
 from .events import emit
 from .run_port import RunPort
@@ -203,6 +206,27 @@ _UNREAD = object()  # ctx.input not decoded yet
 
 def _iso(ts: datetime) -> str:
     return ts.isoformat()
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _durable(method: _Method) -> _Method:
+    """A durable call of WorkflowContext: a database fault in the runtime's own I/O unwinds
+    the run as DatabaseLost, remembered, so workflow code that catches it cannot make it the
+    workflow's failure (run_end.py, rule 1). A step body's own errors never get here: the
+    body's failures are recorded (StepFailed)."""
+
+    @functools.wraps(method)
+    def call(self: WorkflowContext, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            if not is_database_fault(exc):
+                raise
+            self._raise(database_lost(exc))
+
+    return cast(_Method, call)
 
 
 class RunView:
@@ -421,6 +445,7 @@ class WorkflowContext(RunView):
 
     # -- steps ------------------------------------------------------------------------------
 
+    @_durable
     def step(self, name: str, fn: Callable[..., Any], *args: Any, retry: RetryPolicy | None = None,
              postcondition: Callable[[Any], bool] | None = None, **kwargs: Any) -> Any:  # fmt: skip
         """Run fn(*args, **kwargs) at least once and record its JSON result; replay returns it.
@@ -562,6 +587,7 @@ class WorkflowContext(RunView):
 
     # -- decisions --------------------------------------------------------------------------
 
+    @_durable
     def decide(self, name: str, call: Callable[[Any], Any], request: Any,
                premises: Callable[[], Any] | None = None,
                retry: RetryPolicy | None = None) -> Decision:  # fmt: skip
@@ -609,6 +635,7 @@ class WorkflowContext(RunView):
 
     # -- gated effects ----------------------------------------------------------------------
 
+    @_durable
     def effect(self, target: Any, key: str, payload: Any, premises: Any, grant: str,
                name: str | None = None, local_premises: Any = (), compensation: bool = False,
                raise_on_refusal: bool = False, action: str | None = None,
@@ -624,6 +651,7 @@ class WorkflowContext(RunView):
 
     # -- timers and signals -----------------------------------------------------------------
 
+    @_durable
     def sleep(self, seconds: float, name: str = "sleep") -> None:
         """A durable timer: the step is recorded only at database time >= the recorded until."""
         seq, row = self._next("sleep", name)
@@ -632,6 +660,7 @@ class WorkflowContext(RunView):
         self._frontier()
         self._wait(seq, "sleep", name, lambda now: now + timedelta(seconds=seconds), None)
 
+    @_durable
     def wait_signal(self, name: str, timeout: float | None = None) -> Any:
         """The next unconsumed signal `name` (its payload), or None after `timeout` seconds."""
         seq, row = self._next("signal", name)
@@ -641,6 +670,7 @@ class WorkflowContext(RunView):
         until = None if timeout is None else (lambda now: now + timedelta(seconds=timeout))
         return self._decoded(self._wait(seq, "signal", name, until, name), seq, "signal", name)
 
+    @_durable
     def wait_approval(self, proposal: Any, timeout: float | None = None) -> dict[str, Any] | None:
         """Wait for a person to approve `proposal` (the payload this workflow will offer its
         effect), shown as such by `interlock describe`, `interlock approve` and the console.
@@ -722,6 +752,7 @@ class WorkflowContext(RunView):
 
     # -- versioning -------------------------------------------------------------------------
 
+    @_durable
     def patched(self, patch_id: str) -> bool:
         """True on new code paths; False when replaying history recorded before the patch."""
         if self._unwinding is not None:
@@ -739,6 +770,7 @@ class WorkflowContext(RunView):
 
     # -- children and continue-as-new ----------------------------------------------------------
 
+    @_durable
     def child(self, workflow: Any, input: Any = None, child_id: str | None = None,
               version: str | None = None, *, queue: str | None = None,
               priority: int | None = None) -> str:  # fmt: skip
@@ -776,6 +808,7 @@ class WorkflowContext(RunView):
             raise WorkflowFailed(child_id, outcome["status"], outcome.get("error"))
         return outcome["result"]
 
+    @_durable
     def continue_as_new(self, input: Any) -> None:
         """End this run as `continued` and start its successor `<id>#<n>` in one transaction."""
         self._next("continue", "continue_as_new")

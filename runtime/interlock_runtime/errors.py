@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import psycopg.errors
 
 
 class InterlockError(Exception):
@@ -145,6 +146,32 @@ class WorkflowTimedOut(BaseException):
     """The workflow's execution deadline passed (docs/timeouts.md): the run ends `timed_out` at
     this durable call. Not catchable by `except Exception`, like Cancelled it cannot be
     ignored; unlike Cancelled there is no time left to compensate in."""
+
+
+class DatabaseLost(BaseException):
+    """The runtime lost its database in the middle of a run (a restart, a failover, a killed
+    backend, a partition): the run is abandoned, not ended. Nothing more of it runs here; its
+    lease expires and a later claim replays it from its committed history (docs/design.md#run-end).
+    Remembered like the others, so workflow code that catches it cannot turn a database fault
+    into the workflow's failure."""
+
+
+def is_database_fault(exc: BaseException) -> bool:
+    """Whether `exc` is the database failing rather than a statement being wrong: a lost or
+    refused connection, a terminated backend, a server shutting down (psycopg's
+    OperationalError and InterfaceError), a standby that took writes before its promotion
+    (read-only transaction), or a transaction Postgres rolled back to resolve a conflict
+    (serialization failure, deadlock). Retried by replaying the run, never its failure."""
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError,
+                            psycopg.errors.ReadOnlySqlTransaction,
+                            psycopg.errors.IdleInTransactionSessionTimeout))  # fmt: skip
+
+
+def database_lost(exc: BaseException) -> DatabaseLost:
+    """The DatabaseLost that unwinds a run for the database fault `exc` (its cause)."""
+    lost = DatabaseLost(f"the database was lost mid-run: {' '.join(str(exc).split())}")
+    lost.__cause__ = exc
+    return lost
 
 
 class ContinuedAsNew(BaseException):

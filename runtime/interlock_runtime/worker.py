@@ -27,20 +27,10 @@ from typing import Any
 
 import psycopg
 
-from . import codec, db, durability, killpoints, local_postgres, migrations, timeouts, validate
+from . import db, durability, killpoints, local_postgres, migrations, run_end, timeouts, validate
 from .cli_parsing import Parser, checked
 from .context import ENDS_GRANTS, Run, WorkflowContext, finish_in_one, port_of, workflow_input
-from .errors import (
-    Cancelled,
-    CodeChanged,
-    ContinuedAsNew,
-    Fenced,
-    NonDeterminism,
-    Release,
-    Suspend,
-    UnsafeDatabase,
-    WorkflowTimedOut,
-)
+from .errors import CodeChanged, DatabaseLost, Fenced, UnsafeDatabase, is_database_fault
 from .events import LOG_FORMATS, LOG_LEVELS, emit, formatter, log
 from .queues import Claimer, served
 from .runtime import register_deployment
@@ -324,16 +314,19 @@ class Worker:
         happened."""
         try:
             yield
-        except psycopg.OperationalError as exc:
-            # The database went away mid-run. Nothing is lost: every recorded step is
-            # committed, the lease will expire, and a later claim replays from the top.
-            emit("abandoned", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
-                 reason="database unavailable", error=str(exc).strip())  # fmt: skip
+        except (DatabaseLost, Exception) as exc:
+            if not isinstance(exc, DatabaseLost) and not is_database_fault(exc):
+                log.exception("internal error running %s", run.workflow_id)
+                return
+            # The database went away while the run's history was read or its end written.
+            # Nothing is lost: every recorded step is committed, the lease will expire, and a
+            # later claim replays from the top (run_end.py, rule 1).
+            end = run_end.ending(exc, None, None, None)
+            emit(end.event, worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch,
+                 **end.fields)  # fmt: skip
             conn = getattr(self._local, "conn", None)  # this thread's (none on the loop's)
             if conn is not None:
                 conn.close()
-        except Exception:
-            log.exception("internal error running %s", run.workflow_id)
         finally:
             with self._active_lock:
                 self._active.pop(run.workflow_id, None)
@@ -345,88 +338,31 @@ class Worker:
                 and run.claimed_now >= run.execution_deadline:  # fmt: skip
             # claimed at or past its deadline (docs/timeouts.md): it ends, no code runs
             ctx = WorkflowContext(run, conn, [], self.worker_id, self.stopping)
-            self._timed_out(ctx, run, "claim")
+            self._end(ctx, run_end.timed_out_at_claim(run.execution_deadline))
             return
         steps = []  # a fresh workflow's first claim: no history to read
         if run.has_steps:
             steps = conn.execute(db.query("load_steps"), {"wf": run.workflow_id}).fetchall()
         ctx = WorkflowContext(run, conn, steps, self.worker_id, self.stopping)
         wf = self.defs[(run.name, run.version)]
-        ids = {"worker": self.worker_id, "wf": run.workflow_id, "epoch": run.epoch}
+        ended: BaseException | None = None
+        result: Any = None
         try:
             result = wf.fn(ctx, workflow_input(ctx, wf.fn))  # typed values rebuilt (codec.py)
-        except Suspend as exc:
-            emit("suspended", **ids, reason=str(exc))
-            return
-        except Fenced as exc:
-            emit("fenced", **ids, by="write", reason=str(exc))
-            return
-        except ContinuedAsNew as exc:
-            emit("continued", **ids, successor=exc.args[0])
-            return
-        except Release:
-            self._finish(ctx, "release")
-            emit("released", **ids)
-            return
-        except NonDeterminism as exc:
-            error = {"type": "NonDeterminism", "seq": exc.seq, "recorded": exc.recorded,
-                     "called": exc.called}  # fmt: skip
-            self._finish(ctx, "stuck", error=error)
-            emit("stuck", **ids, error=error)
-            return
-        except Cancelled:
-            self._finish(ctx, "cancelled", error={"type": "Cancelled"})
-            emit("cancelled", **ids)
-            return
-        except WorkflowTimedOut:
-            self._timed_out(ctx, run, "run")
-            return
-        except Exception as exc:
-            error = {"type": type(exc).__qualname__, "message": str(exc)}
-            self._finish(ctx, "failed", error=error)
-            emit("failed", **ids, error=error)
-            return
-        if isinstance(ctx.unwinding, WorkflowTimedOut):  # caught by workflow code: it ends anyway
-            self._timed_out(ctx, run, "run")
-            return
-        if ctx.unwinding is not None:
-            self._swallowed(ctx, ids)
-            return
-        try:
-            result = codec.encode(result, "the workflow's return value")  # types recorded
-            db.to_json_text(result, "the workflow's return value")
-        except TypeError as exc:
-            self._finish(ctx, "failed", error={"type": "TypeError", "message": str(exc)})
-            emit("failed", **ids, error=str(exc))
-            return
-        self._finish(ctx, "completed", result=result)
-        emit("completed", **ids)
+        except run_end.ENDINGS as exc:
+            ended = exc
+        self._end(ctx, run_end.ending(ended, ctx.unwinding, result, run.execution_deadline))
 
-    def _timed_out(self, ctx: WorkflowContext, run: Run, by: str) -> None:
-        """End the run as timed_out under the fence (docs/timeouts.md): its grants end and its
-        parent hears of it in the same transaction, as for any other end."""
-        was = "waiting to run" if by == "claim" else "running"
-        error = timeouts.execution_error(run.execution_deadline, by, was)
-        self._finish(ctx, "timed_out", error=error)
-        emit("timed_out", worker=self.worker_id, wf=run.workflow_id, epoch=run.epoch, by=by)
-
-    def _swallowed(self, ctx: WorkflowContext, ids: dict[str, Any]) -> None:
-        """Workflow code caught one of the runtime's unwinding exceptions and returned."""
-        caught = ctx.unwinding
-        error = {"type": "SuspendSwallowed" if isinstance(caught, Suspend) else "UnwindSwallowed",
-                 "message": f"workflow code caught {type(caught).__name__} and returned; "
-                            "do not catch BaseException in workflow code"}  # fmt: skip
-        if isinstance(caught, Suspend):
+    def _end(self, ctx: WorkflowContext, end: run_end.Ending) -> None:
+        """Carry out what run_end decided: the write under the fence, then the event."""
+        if end.write == "stuck_unfenced":
             # The suspend already released the row: guard by the unchanged epoch (B13).
             port_of(ctx).conn.execute(db.query("mark_stuck_unfenced"),
                                       {"wf": ctx.workflow_id, "epoch": ctx.epoch,
-                                       "error": db.jsonb(error)})  # fmt: skip
-        elif isinstance(caught, Fenced):
-            emit("fenced", **ids, by="write", reason=str(caught))
-            return
-        else:
-            self._finish(ctx, "stuck", error=error)
-        emit("stuck", **ids, error=error)
+                                       "error": db.jsonb(end.error)})  # fmt: skip
+        elif end.write is not None and not self._finish(ctx, end.write, end.result, end.error):
+            return  # fenced: said by _finish
+        emit(end.event, worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, **end.fields)
 
     def _tell_parent(self, ctx: WorkflowContext, status: str, result: Any, error: Any) -> None:
         """The child's completion transaction signals `$done:<id>` to its parent (docs/design.md#versioning)."""
@@ -436,10 +372,11 @@ class Worker:
         )
 
     def _finish(self, ctx: WorkflowContext, status: str, result: Any = None,
-                error: Any = None) -> None:  # fmt: skip
+                error: Any = None) -> bool:  # fmt: skip
+        """The run's end written under the fence; False (said as `fenced`) if the claim is gone."""
         try:
             if status != "release" and finish_in_one(ctx, status, result, error):
-                return  # one fenced statement (issue 23); else the general form below
+                return True  # one fenced statement; else the general form below
             port = port_of(ctx)
             with port.fenced_write():
                 conn = port.conn
@@ -457,6 +394,8 @@ class Worker:
         except Fenced as exc:
             emit("fenced", worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, by="write",
                  reason=str(exc))  # fmt: skip
+            return False
+        return True
 
 
 def _wrong_worker(wf: WorkflowDef, serves_async: bool) -> str:
