@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test lint format docs prove tlc conformance mutants bench soak pg-start pg-stop pg-status clean browser console-shots
+.PHONY: setup test lint format docs prove tlc conformance mutants matrix bench soak pg-start pg-stop pg-status clean browser console-shots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,12 @@ mutants: setup pg-start
 # runs directory and resumes: an interrupted full sweep continues where it stopped.
 prove: setup pg-start
 	$(BIN)/python -m prove $(if $(filter full,$(SWEEP)),--full --resume --runs-dir .data/prove/runs-full)
+
+# Every driven cell of the fault matrix (models/faults.yaml; docs/matrix.md): each feature under
+# each fault in both modes, judged from ground truth, into results/matrix.md and .json.
+# MATRIX_ARGS passes options through (--seed N; --only feature/fault/mode,...).
+matrix: setup pg-start
+	$(BIN)/python -m conformance.matrix $(MATRIX_ARGS)
 
 # Runtime vs DBOS, Absurd and the Temporal dev server in one run: results/bench.md and .json.
 bench: setup pg-start

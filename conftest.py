@@ -19,8 +19,11 @@ import pytest
 HYPOTHESIS_SEED = int(os.environ.get("ILR_HYPOTHESIS_SEED") or 0)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"hypothesis seed: {HYPOTHESIS_SEED} (rerun with ILR_HYPOTHESIS_SEED={HYPOTHESIS_SEED})"
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    matrix = os.environ.get("ILR_MATRIX_SEED") or "1"
+    return [f"hypothesis seed: {HYPOTHESIS_SEED} (rerun with ILR_HYPOTHESIS_SEED={HYPOTHESIS_SEED})",
+            f"fault matrix sample seed: {matrix} (rerun with ILR_MATRIX_SEED={matrix}; "
+            "conformance/test_matrix.py)"]  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

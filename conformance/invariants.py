@@ -912,6 +912,24 @@ def non_determinism_loud(ev: Evidence) -> list[str]:
     return out
 
 
+def database_fault_never_ends(ev: Evidence) -> list[str]:
+    """No run ends failed, timed_out, cancelled or stuck with a database fault as its recorded
+    error (docs/design.md#run-end, rule 1): the fault's record in the run's own row is the
+    evidence that the fault was taken for the workflow's failure."""
+    from interlock_runtime.errors import DATABASE_FAULTS
+
+    def is_fault(name: Any) -> bool:
+        if name == "DatabaseUnreachable":  # the runtime's own, an OperationalError too
+            return True
+        cls = getattr(psycopg.errors, str(name), None) or getattr(psycopg, str(name), None)
+        return isinstance(cls, type) and issubclass(cls, DATABASE_FAULTS)
+
+    return [f"{wf['id']} ended {wf['status']} on a database fault: {wf['error']}"
+            for wf in ev.workflows().values()
+            if wf["status"] in ("failed", "timed_out", "cancelled", "stuck")
+            and is_fault((wf["error"] or {}).get("type"))]  # fmt: skip
+
+
 def fork_never_resends(ev: Evidence) -> list[str]:
     out, wfs, effects = [], ev.workflows(), ev.effects()
     entries = posts = None  # read once, and only if a forked run has an effect
@@ -964,6 +982,7 @@ INVARIANTS: dict[str, Check] = {
     "NoLostWakeup": no_lost_wakeup,
     "VersionPinned": version_pinned,
     "NonDeterminismLoud": non_determinism_loud,
+    "DatabaseFaultNeverEnds": database_fault_never_ends,
     "ForkNeverResends": fork_never_resends,
 }
 

@@ -343,6 +343,15 @@ def test_signal_timer_and_wakeup_violations_are_caught(conn) -> None:
     assert run(conn, "NoLostWakeup")
 
 
+def test_a_run_ended_by_a_database_fault_is_caught(conn) -> None:
+    seed(conn, status="failed")
+    conn.execute('update ilr.workflows set error = \'{"type": "ValueError"}\'')
+    assert not run(conn, "DatabaseFaultNeverEnds")
+    for fault in ("OperationalError", "AdminShutdown", "DatabaseUnreachable"):
+        conn.execute("update ilr.workflows set error = %s", (f'{{"type": "{fault}"}}',))
+        assert run(conn, "DatabaseFaultNeverEnds"), fault
+
+
 def test_version_nondeterminism_and_fork_violations_are_caught(conn) -> None:
     seed(conn, status="stuck")
     claim(conn, "wf", 1, 0)

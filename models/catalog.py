@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -214,6 +214,15 @@ class Catalog:
             if not any(self.predict(w, cfg) == "reach" for w in i.witnesses):
                 out.append(i.name)
         return out
+
+
+def prediction(pred: Any, tier: str, events: tuple[str, ...] = (),
+               toggles: tuple[str, ...] = ()) -> str:  # fmt: skip
+    """A prediction (a value or a list of rules) in a setting given by its parts rather than
+    by a TLC config: the fault matrix asks what the catalog predicts for a cell."""
+    from types import SimpleNamespace
+
+    return _eval(pred, cast(Config, SimpleNamespace(tier=tier, events=events, toggles=toggles)))
 
 
 def _eval(pred: Any, cfg: Config) -> str:

@@ -156,15 +156,22 @@ class DatabaseLost(BaseException):
     into the workflow's failure."""
 
 
+DATABASE_FAULTS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.ReadOnlySqlTransaction,
+    psycopg.errors.IdleInTransactionSessionTimeout,
+)
+"""The database failing rather than a statement being wrong: a lost or refused connection, a
+terminated backend, a server shutting down, a serialization failure or deadlock (psycopg's
+OperationalError and InterfaceError), a standby that refused a write before its promotion
+(read-only transaction), a session ended for idling in a transaction (a paused worker)."""
+
+
 def is_database_fault(exc: BaseException) -> bool:
-    """Whether `exc` is the database failing rather than a statement being wrong: a lost or
-    refused connection, a terminated backend, a server shutting down (psycopg's
-    OperationalError and InterfaceError), a standby that took writes before its promotion
-    (read-only transaction), or a transaction Postgres rolled back to resolve a conflict
-    (serialization failure, deadlock). Retried by replaying the run, never its failure."""
-    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError,
-                            psycopg.errors.ReadOnlySqlTransaction,
-                            psycopg.errors.IdleInTransactionSessionTimeout))  # fmt: skip
+    """Whether `exc` is one of DATABASE_FAULTS: retried by replaying the run, never the run's
+    failure (docs/design.md#run-end)."""
+    return isinstance(exc, DATABASE_FAULTS)
 
 
 def database_lost(exc: BaseException) -> DatabaseLost:

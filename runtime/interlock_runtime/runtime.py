@@ -44,6 +44,7 @@ from .errors import (
     WorkflowFailed,
     WorkflowFinished,
     WorkflowNotFound,
+    is_database_fault,
 )
 from .vocabulary import TERMINAL_STATUSES, ScheduleOverlap, WorkflowStatus
 from .workflow import WorkflowDef, definition
@@ -702,6 +703,7 @@ class ResultWait:
         self.watched: str | None = None
         self.marked = False  # wf_id's row is marked awaited: its end is announced
         self.unheard_pause = FIRST_PAUSE
+        self.fault_pause = FIRST_PAUSE  # between looks the database did not answer
 
     def look(self, raw: bool) -> tuple[bool, Any, float]:
         """One look (it queries, in the caller's thread): (True, the result, 0) when the run
@@ -715,7 +717,13 @@ class ResultWait:
         # listening before the look: an end committed after it is heard
         listening = self.rt._notices.listening()
         mark = listening and not self.marked
-        ended, value, status, heard = self.rt._look(self.wf_id, raw=raw, mark=mark)
+        try:
+            ended, value, status, heard = self.rt._look(self.wf_id, raw=raw, mark=mark)
+        except Exception as exc:
+            if not is_database_fault(exc):
+                raise
+            return False, None, self._away(exc)
+        self.fault_pause = FIRST_PAUSE
         if ended:
             return True, value, 0.0
         if value != self.wf_id:  # continued as new: follow it at once
@@ -737,6 +745,19 @@ class ResultWait:
         if self.deadline is not None:
             pause = min(pause, max(0.0, self.deadline - time.monotonic()))
         return False, None, pause
+
+    def _away(self, fault: BaseException) -> float:
+        """The database did not answer the look (a restart, a failover, a killed backend): the
+        run goes on, or will once it is back, and so does this wait. Look again after a pause
+        that doubles up to a second (the client reconnects at its next statement); past the
+        deadline, the fault is raised (docs/api.md#results)."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise fault
+        self.marked = False  # the mark may be gone with the transaction: mark again
+        pause, self.fault_pause = self.fault_pause, min(1.0, self.fault_pause * 2)
+        if self.deadline is not None:
+            pause = min(pause, max(0.0, self.deadline - time.monotonic()))
+        return pause
 
     def close(self) -> None:
         if self.watched is not None:

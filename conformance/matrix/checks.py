@@ -1,0 +1,206 @@
+"""The fault matrix's invariants, each recomputed from a cell's ground truth (cells.collect):
+the tables with the database's own timestamps, the bodies' side log, the target's ledger.
+Each returns a list of violations (empty: it holds). models/faults.yaml names them."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+Evidence = dict[str, Any]
+
+# The statuses only a feature that expects them may end in: a fault never ends a run so.
+FAULT_ENDINGS = ("failed", "timed_out", "cancelled", "stuck")
+TERMINAL = ("completed", "failed", "cancelled", "timed_out", "stuck", "continued")
+# A timeout fires within this long of its deadline once the system is back (docs/matrix.md):
+# a lease to expire (1.5 s), a poll of the sweep or a claim (0.2 s), a step in flight (1 s),
+# and the reconnect backoff's cap (2 s), with room for a loaded 2-core machine.
+TIMEOUT_BOUND = 10.0
+
+
+def _runs(ev: Evidence) -> list[dict[str, Any]]:
+    return [w for w in ev["workflows"] if w["id"] in set(ev["runs"])]
+
+
+def all_terminal(ev: Evidence) -> list[str]:
+    found = {w["id"]: w["status"] for w in ev["workflows"]}
+    return [f"{wf}: {found.get(wf, 'missing')}, not terminal" for wf in ev["runs"]
+            if found.get(wf) not in TERMINAL]  # fmt: skip
+
+
+def no_fault_ends_a_run(ev: Evidence) -> list[str]:
+    """No run ends failed, timed_out, cancelled or stuck unless the feature expects that end
+    (a database or worker fault is never a workflow's failure)."""
+    expected = ev["expect"]
+    return [f"{w['id']} ended {w['status']}: {w['error']}" for w in _runs(ev)
+            if w["status"] in FAULT_ENDINGS and w["status"] != expected]  # fmt: skip
+
+
+def expected_end(ev: Evidence) -> list[str]:
+    """Every run ends as the feature expects (completed, unless it declares another end)."""
+    want = ev["expect"] or "completed"
+    return [f"{w['id']} ended {w['status']}, expected {want}" for w in _runs(ev)
+            if w["status"] != want]  # fmt: skip
+
+
+def waits_return(ev: Evidence) -> list[str]:
+    """A wait on every ended run returned, from the sync client and from AsyncRuntime
+    (cells.collect made them, after the fault): an answer or the run's recorded failure."""
+    return [f"{wf} ({client}): {answer}" for (wf, client), answer in ev["waits"].items()
+            if answer != "returned"]  # fmt: skip
+
+
+def own_grants_end(ev: Evidence) -> list[str]:
+    """A workflow's own grants (principal workflow:<id>) are revoked once it has ended."""
+    ended = {w["id"] for w in ev["workflows"] if w["status"] in
+             ("completed", "failed", "cancelled", "continued", "timed_out")}  # fmt: skip
+    return [f"grant {g['id']} of ended {g['principal']} still live" for g in ev["grants"]
+            if g["principal"].removeprefix("workflow:") in ended and g["revoked_at"] is None]  # fmt: skip
+
+
+def recorded_steps_never_rerun(ev: Evidence) -> list[str]:
+    """A step body never starts again once its record is committed: every start in the side log
+    comes before the step's record (the database's created_at; same machine, same clock)."""
+    recorded = {(s["workflow_id"], s["name"]): s["created_at"] for s in ev["steps"]
+                if s["kind"] == "step" and s["error"] is None}  # fmt: skip
+    out = []
+    for line in ev["side_log"]:
+        at = recorded.get((line["wf"], line["step"]))
+        if at is not None and line["t"] > at.timestamp() + 0.05:  # 50 ms: clock reads differ
+            out.append(f"{line['wf']}.{line['step']} started at {line['t']:.3f}, after its "
+                       f"record at {at.timestamp():.3f}")  # fmt: skip
+    return out
+
+
+def results_as_recorded(ev: Evidence) -> list[str]:
+    """A completed run's result is its steps' recorded outputs, in order."""
+    out = []
+    steps = defaultdict(list)
+    for s in ev["steps"]:
+        if s["kind"] == "step" and s["error"] is None:
+            steps[s["workflow_id"]].append(s["output"])
+    for w in _runs(ev):
+        if w["status"] == "completed" and w["result"] != steps[w["id"]]:
+            out.append(f"{w['id']}: result {w['result']} is not its records {steps[w['id']]}")
+    return out
+
+
+def timer_not_early(ev: Evidence) -> list[str]:
+    """The step after a sleep is recorded at least `seconds` after the step before it, by the
+    database's clock."""
+    seconds = timedelta(seconds=ev["facts"]["seconds"])
+    at = {(s["workflow_id"], s["name"]): s["created_at"] for s in ev["steps"]}
+    out = []
+    for w in _runs(ev):
+        before, after = at.get((w["id"], "before")), at.get((w["id"], "after"))
+        if before is None or after is None:
+            out.append(f"{w['id']}: before/after not both recorded")
+        elif after - before < seconds:
+            out.append(f"{w['id']}: slept {(after - before).total_seconds():.3f} s < {seconds}")
+    return out
+
+
+def signals_exactly_once(ev: Evidence) -> list[str]:
+    """Every signal sent is consumed exactly once, in the order sent, and is what the run
+    returned."""
+    out = []
+    consumed: dict[str, list[Any]] = defaultdict(list)
+    for sig in ev["signals"]:
+        if sig["consumed_seq"] is not None:
+            consumed[sig["workflow_id"]].append((sig["consumed_seq"], sig["payload"]))
+    for w in _runs(ev):
+        sent = ev["facts"]["sent"][w["id"]]
+        got = [p for _, p in sorted(consumed[w["id"]], key=lambda c: c[0])]
+        if got != sent:
+            out.append(f"{w['id']}: consumed {got}, sent {sent}")
+        if w["status"] == "completed" and w["result"] != sent:
+            out.append(f"{w['id']}: returned {w['result']}, sent {sent}")
+    return out
+
+
+def effect_at_most_once(ev: Evidence) -> list[str]:
+    """At the target (its own ledger): each refund key applied at most once, and exactly once
+    for a run that completed with the effect COMMITTED."""
+    keys = Counter(r["key"] for r in ev["ledger"])
+    out = [f"key {k} applied {n} times" for k, n in keys.items() if n > 1]
+    applied = sum(keys.values())
+    committed = sum(1 for w in _runs(ev) if w["status"] == "completed"
+                    and (w["result"] or {}).get("status", "").startswith("COMMITTED"))  # fmt: skip
+    if applied != committed:
+        out.append(f"{applied} refunds at the target, {committed} runs say COMMITTED")
+    return out
+
+
+def queue_concurrency_bounded(ev: Evidence) -> list[str]:
+    """From the claims table: a claim holds its run from claimed_at until the next claim found
+    its lease expired (prev_lease_expires_at) or, for the last claim, the run's end. At no
+    instant do more than `limit` claims of the queue's runs hold."""
+    limit = ev["facts"]["limit"]
+    end = {w["id"]: w["updated_at"] for w in _runs(ev)}
+    by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in ev["claims"]:
+        if c["workflow_id"] in end:
+            by_run[c["workflow_id"]].append(c)
+    edges: list[tuple[datetime, int]] = []
+    for wf, claims in by_run.items():
+        claims.sort(key=lambda c: c["epoch"])
+        for i, c in enumerate(claims):
+            until = claims[i + 1]["prev_lease_expires_at"] if i + 1 < len(claims) else end[wf]
+            until = min(until, claims[i + 1]["claimed_at"]) if i + 1 < len(claims) else until
+            edges += [(c["claimed_at"], 1), (until, -1)]
+    held, worst = 0, 0
+    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):  # ends before starts at a tie
+        held += step
+        worst = max(worst, held)
+    return [f"{worst} claims held at once, limit {limit}"] if worst > limit else []
+
+
+def tick_starts_at_most_once(ev: Evidence) -> list[str]:
+    """Each tick started at most one run (the runs' own inputs), and each started fire names a
+    run that exists."""
+    ticks = Counter(w["input"]["scheduled_at"] for w in _runs(ev))
+    out = [f"tick {t} started {n} runs" for t, n in ticks.items() if n > 1]
+    ids = {w["id"] for w in ev["workflows"]}
+    out += [f"fire {f['tick']} names {f['workflow_id']}, which does not exist"
+            for f in ev["fires"] if f["outcome"] == "started" and f["workflow_id"] not in ids]  # fmt: skip
+    if not ticks:
+        out.append("the schedule started nothing")
+    return out
+
+
+def paused_starts_nothing(ev: Evidence) -> list[str]:
+    """No run of the schedule was created after its pause committed (the database's clock)."""
+    paused = datetime.fromisoformat(ev["facts"]["paused_at"])
+    return [f"{w['id']} created at {w['created_at']}, after the pause at {paused}"
+            for w in _runs(ev) if w["created_at"] > paused]  # fmt: skip
+
+
+def timeout_not_early(ev: Evidence) -> list[str]:
+    """A timed-out run ended no earlier than its start plus the timeout asked for, by the
+    database's clock, and no later than TIMEOUT_BOUND after that once the fault was over."""
+    timeout = timedelta(seconds=ev["facts"]["timeout"])
+    out = []
+    fault_end = ev["fault_window"][1] if ev["fault_window"] else 0.0
+    for w in _runs(ev):
+        deadline = w["created_at"] + timeout
+        if w["status"] != "timed_out":
+            continue  # no_fault_ends_a_run / expected_end judge the status
+        if w["updated_at"] < deadline:
+            out.append(f"{w['id']} timed out at {w['updated_at']}, before {deadline}")
+        latest = max(deadline.timestamp(), fault_end) + TIMEOUT_BOUND
+        if w["updated_at"].timestamp() > latest:
+            out.append(f"{w['id']} timed out {w['updated_at'].timestamp() - latest:.1f} s past "
+                       f"the bound")  # fmt: skip
+    return out
+
+
+# A check that judges what an invariant of the catalog judges: it follows that invariant's
+# prediction when a fault lifts an assumption (run.judge).
+TWINS = {"effect_at_most_once": "EffectAtMostOnceTier12"}
+
+CHECKS = {f.__name__: f for f in (
+    all_terminal, no_fault_ends_a_run, expected_end, waits_return, own_grants_end,
+    recorded_steps_never_rerun, results_as_recorded, timer_not_early, signals_exactly_once,
+    effect_at_most_once, queue_concurrency_bounded, tick_starts_at_most_once,
+    paused_starts_nothing, timeout_not_early)}  # fmt: skip

@@ -1,0 +1,244 @@
+"""Run cells of the fault matrix, judge each from its evidence, write the report.
+
+The rule, stated before the data: a cell passes when every invariant named for it (and every
+code check of the invariant catalog that has evidence in it) finds 0 violations. A cell whose
+harness failed (a fault that could not be driven, a run that never reached the fault's moment)
+is an ERROR, counted apart, never a pass. The matrix holds when every declared cell of a
+driven fault passed in both modes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from conformance.matrix.cells import Cell, run_cell
+from conformance.matrix.checks import CHECKS, TWINS
+from conformance.matrix.plan import Matrix, load
+from interlock_runtime import testing
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def predicted_breaks(matrix: Matrix, cell: Cell) -> dict[str, str]:
+    """The invariants the catalog predicts to break (V) for the runtime in this cell's setting
+    (its tier, the toggles its fault lifts), each with the assumptions lifted; {} when the
+    fault lifts none."""
+    from models.catalog import load as load_catalog
+    from models.catalog import prediction
+
+    lifted = tuple(matrix.lifts(cell.fault))
+    if not lifted:
+        return {}
+    tier = matrix.tier(cell.feature)
+    out = {}
+    for row in load_catalog().invariants.values():
+        if "interlock" in row.predict and prediction(row.predict["interlock"], tier,
+                                                     toggles=lifted) == "V":  # fmt: skip
+            out[row.name] = "+".join(lifted)
+    for twin, name in TWINS.items():
+        if name in out:
+            out[twin] = out[name]
+    return out
+
+
+def judge(matrix: Matrix, cell: Cell, ev: dict[str, Any]) -> dict[str, Any]:
+    """The verdict of one cell: each invariant's violations, recomputed from the evidence. A
+    violation of an invariant the catalog predicts to break under the assumption the fault
+    lifted is conceded (reported with the assumption), not a failure."""
+    ev["expect"] = matrix.expect(cell.feature)
+    checks = {name: CHECKS[name](ev) for name in matrix.invariants(cell.feature)}
+    catalog = {name: found for name, found in ev["catalog"].items() if isinstance(found, list)}
+    found = {k: v for k, v in {**checks, **catalog}.items() if v}
+    breaks = predicted_breaks(matrix, cell)
+    conceded = {k: {"lifted": breaks[k], "found": v} for k, v in found.items() if k in breaks}
+    violations = {k: v for k, v in found.items() if k not in breaks}
+    return {"cell": cell.name, "feature": cell.feature, "fault": cell.fault, "mode": cell.mode,
+            "seed": cell.seed, "runs": len(ev["runs"]), "checks": sorted(checks),
+            "catalog_checked": sorted(catalog),
+            "catalog_without_evidence": sorted(set(ev["catalog"]) - set(catalog)),
+            "violations": violations, "verdict": "FAIL" if violations else "PASS",
+            "conceded": conceded, "predicted_breaks": sorted(breaks),
+            "statuses": sorted({w["status"] for w in ev["workflows"] if w["id"] in ev["runs"]})}  # fmt: skip
+
+
+def run(cells: list[Cell], matrix: Matrix, log_root: Path | None = None) -> list[dict[str, Any]]:
+    """Run and judge each cell in turn; a harness failure is recorded as ERROR."""
+    admin = testing.admin_dsn()
+    out = []
+    with testing.template_database(admin) as template:
+        root = log_root or Path(tempfile.mkdtemp(prefix="ilr-matrix-"))
+        for cell in cells:
+            t0 = time.monotonic()
+            print(f"matrix: {cell.name} (seed {cell.seed}) ...", flush=True)
+            try:
+                ev = run_cell(cell, admin, template, root / cell.name.replace("/", "-"))
+                verdict = judge(matrix, cell, ev)
+            except Exception as exc:
+                verdict = {"cell": cell.name, "feature": cell.feature, "fault": cell.fault,
+                           "mode": cell.mode, "seed": cell.seed, "verdict": "ERROR",
+                           "error": f"{type(exc).__name__}: {exc}",
+                           "trace": traceback.format_exc(limit=6)}  # fmt: skip
+            verdict["seconds"] = round(time.monotonic() - t0, 1)
+            print(f"matrix: {cell.name}: {verdict['verdict']} in {verdict['seconds']} s"
+                  + (f" {verdict.get('violations') or verdict.get('error')}"
+                     if verdict["verdict"] != "PASS" else ""), flush=True)  # fmt: skip
+            out.append(verdict)
+    return out
+
+
+def report(matrix: Matrix, results: list[dict[str, Any]], seed: int, wall: float,
+           scope: str) -> dict[str, Any]:  # fmt: skip
+    from world import gitstate
+
+    declared = [f"{f}/{x}/{m}" for f in matrix.features for x in matrix.faults
+                for m in matrix.modes]  # fmt: skip
+    ran = {r["cell"]: r for r in results}
+    not_driven = [c for c in declared if not matrix.faults[c.split("/")[1]]["driven"]]
+    return {
+        "commit": gitstate.commit(), "dirty": gitstate.dirty(), "seed": seed, "scope": scope,
+        "python": platform.python_version(), "wall_seconds": round(wall, 1),
+        "size": {"features": len(matrix.features), "faults": len(matrix.faults),
+                 "driven_faults": len(matrix.driven), "modes": len(matrix.modes),
+                 "declared_cells": len(declared), "driven_cells": len(declared) - len(not_driven),
+                 "cells_run": len(results)},
+        "totals": {v: sum(1 for r in results if r["verdict"] == v)
+                   for v in ("PASS", "FAIL", "ERROR")},
+        "runs": sum(r.get("runs", 0) for r in results),
+        "violations": sum(len(v) for r in results for v in r.get("violations", {}).values()),
+        "conceded": sum(len(c["found"]) for r in results for c in r.get("conceded", {}).values()),
+        "not_run": [c for c in declared if c not in ran],
+        "not_driven": not_driven,
+        "cells": results,
+    }  # fmt: skip
+
+
+def render(rep: dict[str, Any], matrix: Matrix) -> str:
+    size, totals = rep["size"], rep["totals"]
+    dirty = " (dirty)" if rep["dirty"] else ""
+    lines = [
+        "# The fault matrix",
+        "",
+        f"Made by `python -m conformance.matrix` at {rep['commit'][:12]}{dirty}, seed "
+        f"{rep['seed']}, Python {rep['python']}, {rep['scope']}; wall time "
+        f"{rep['wall_seconds'] / 60:.1f} min. Declared in models/faults.yaml; how to read it: "
+        "docs/matrix.md.",
+        "",
+        "**Rule** (stated before the data): a cell passes when every invariant named for it, "
+        "and every code check of the invariant catalog with evidence in it, finds 0 "
+        "violations, each recomputed from ground truth (tables with the database's "
+        "timestamps, side logs, the target's ledger). A harness failure is an ERROR, never a "
+        "pass. A fault marked not driven is NOT RUN, never a pass.",
+        "",
+        f"**Size**: {size['features']} features x {size['faults']} faults x {size['modes']} "
+        f"modes = {size['declared_cells']} declared cells; {size['driven_faults']} faults "
+        f"driven, {size['driven_cells']} driven cells; {size['cells_run']} run here.",
+        "",
+        f"**Result**: {totals['PASS']} PASS, {totals['FAIL']} FAIL, {totals['ERROR']} ERROR; "
+        f"{rep['runs']} workflow runs, {rep['violations']} violations; "
+        f"{rep['conceded']} conceded under a lifted assumption; "
+        f"{len(rep['not_run'])} declared cells not run "
+        f"({len(rep['not_driven'])} of them under faults not yet driven).",
+        "",
+    ]
+    ran = {r["cell"]: r for r in rep["cells"]}
+    for mode in matrix.modes:
+        lines += [f"## Mode {mode}", "",
+                  "| feature | " + " | ".join(matrix.faults) + " |",
+                  "|---|" + "---|" * len(matrix.faults)]  # fmt: skip
+        for feature in matrix.features:
+            row = []
+            for fault in matrix.faults:
+                r = ran.get(f"{feature}/{fault}/{mode}")
+                if r is None:
+                    row.append("not driven" if not matrix.faults[fault]["driven"] else "not run")
+                else:
+                    row.append(f"{r['verdict']} ({r.get('runs', 0)} runs, {r['seconds']} s)")
+            lines.append(f"| {feature} | " + " | ".join(row) + " |")
+        lines.append("")
+    bad = [r for r in rep["cells"] if r["verdict"] != "PASS"]
+    lines += ["## Violations and errors", ""]
+    if not bad:
+        lines += ["None.", ""]
+    for r in bad:
+        lines.append(f"- {r['cell']} (seed {r['seed']}): {r['verdict']}")
+        for name, found in (r.get("violations") or {}).items():
+            for v in found[:5]:
+                lines.append(f"  - {name}: {v}")
+        if r.get("error"):
+            lines.append(f"  - {r['error']}")
+    lines += [
+        "",
+        "## Conceded under a lifted assumption",
+        "",
+        "A fault that lifts an assumption of docs/design.md#assumptions (SIGSTOP at a "
+        "moment nobody chooses can pause a worker across its send deadline: A1) is "
+        "judged against the catalog's prediction for that setting. These violations "
+        "are what the catalog predicts (V); they are the conceded boundary, measured.",
+        "",
+    ]
+    conceded = [r for r in rep["cells"] if r.get("conceded")]
+    if not conceded:
+        lines.append("None.")
+    for r in conceded:
+        for name, c in r["conceded"].items():
+            lines.append(f"- {r['cell']} (seed {r['seed']}), {name}, {c['lifted']} lifted: "
+                         + "; ".join(c["found"][:3]))  # fmt: skip
+    lines += ["", "## Invariants per feature", ""]
+    for feature, spec in matrix.features.items():
+        lines.append(f"- **{feature}** ({spec['meaning']}): "
+                     + ", ".join(matrix.invariants(feature)))  # fmt: skip
+    lines += ["", "## Faults", ""]
+    for fault, spec in matrix.faults.items():
+        driven = "" if spec["driven"] else " (not driven yet)"
+        lines.append(f"- **{fault}**{driven}: {spec['meaning']}")
+    return "\n".join(lines) + "\n"
+
+
+def select(matrix: Matrix, args: argparse.Namespace) -> list[Cell]:
+    cells = matrix.sample(args.seed) if args.sample else matrix.cells(args.seed)
+    if args.only:
+        wanted = set(args.only.split(","))
+        every = {c.name: c for c in matrix.cells(args.seed)}
+        unknown = wanted - set(every)
+        if unknown:
+            raise SystemExit(f"conformance.matrix: no driven cell {', '.join(sorted(unknown))}; "
+                             "cells are feature/fault/mode")  # fmt: skip
+        cells = [every[name] for name in sorted(wanted)]
+    if args.exclusive == "only":
+        cells = [c for c in cells if matrix.exclusive(c)]
+    elif args.exclusive == "skip":
+        cells = [c for c in cells if not matrix.exclusive(c)]
+    return cells
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m conformance.matrix", description=__doc__)
+    ap.add_argument("--seed", type=int, default=1, help="the seed every cell's own derives from")
+    ap.add_argument("--sample", action="store_true", help="the seeded sample, not every cell")
+    ap.add_argument("--only", default=None, help="cells to run: feature/fault/mode,...")
+    ap.add_argument("--exclusive", choices=("any", "only", "skip"), default="any")
+    ap.add_argument("--results-dir", default=None,
+                    help="write matrix.md and .json here (default: results/ for the whole "
+                         "matrix, .data/matrix/ for a sample or a selection)")  # fmt: skip
+    args = ap.parse_args(argv)
+    matrix = load()
+    cells = select(matrix, args)
+    whole = not (args.sample or args.only or args.exclusive != "any")
+    out = Path(args.results_dir or (REPO / "results" if whole else REPO / ".data" / "matrix"))
+    print(f"matrix: {len(cells)} cells, seed {args.seed} (rerun with --seed {args.seed})")
+    t0 = time.monotonic()
+    results = run(cells, matrix)
+    scope = "every driven cell" if whole else f"{len(cells)} selected cells"
+    rep = report(matrix, results, args.seed, time.monotonic() - t0, scope)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "matrix.json").write_text(json.dumps(rep, indent=1, default=str) + "\n")
+    (out / "matrix.md").write_text(render(rep, matrix))
+    print(f"matrix: {rep['totals']} -> {out / 'matrix.md'}")
+    return 0 if rep["totals"]["FAIL"] == 0 and rep["totals"]["ERROR"] == 0 else 1

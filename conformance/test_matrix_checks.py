@@ -1,0 +1,158 @@
+"""Each check of the fault matrix can fail: fed evidence with the violation it exists to find,
+it reports it, and fed the same evidence without it, it reports nothing. No database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from conformance.matrix import checks
+from conformance.matrix.plan import load
+
+T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def wf(wid: str, status: str = "completed", **extra) -> dict:
+    return {"id": wid, "status": status, "error": None, "result": None, "input": {},
+            "created_at": at(0), "updated_at": at(5), **extra}  # fmt: skip
+
+
+def evidence(*workflows: dict, **extra) -> dict:
+    return {"runs": [w["id"] for w in workflows], "workflows": list(workflows), "steps": [],
+            "claims": [], "grants": [], "side_log": [], "facts": {}, "expect": None,
+            "waits": {}, "fault_window": None, **extra}  # fmt: skip
+
+
+def test_a_fault_ending_is_a_violation_unless_expected() -> None:
+    ev = evidence(wf("a", "failed", error={"type": "OperationalError"}), wf("b"))
+    assert checks.no_fault_ends_a_run(ev) and checks.expected_end(ev)
+    ev["workflows"][0]["status"] = "timed_out"
+    ev["expect"] = "timed_out"
+    assert not checks.no_fault_ends_a_run(ev)
+    assert checks.expected_end(ev) == ["b ended completed, expected timed_out"]
+
+
+def test_a_run_left_running_or_missing_is_not_terminal() -> None:
+    ev = evidence(wf("a", "running"))
+    ev["runs"].append("ghost")
+    assert len(checks.all_terminal(ev)) == 2
+
+
+def test_a_wait_that_did_not_return() -> None:
+    ev = evidence(wf("a"), waits={("a", "sync"): "returned", ("a", "async"): "AdminShutdown"})
+    assert checks.waits_return(ev) == ["a (async): AdminShutdown"]
+
+
+def test_a_live_grant_of_an_ended_workflow() -> None:
+    ev = evidence(wf("a"), grants=[{"id": "g1", "principal": "workflow:a", "revoked_at": None}])
+    assert checks.own_grants_end(ev)
+    ev["grants"][0]["revoked_at"] = at(5)
+    assert not checks.own_grants_end(ev)
+
+
+def test_a_step_started_after_its_record_is_a_rerun() -> None:
+    step = {"workflow_id": "a", "name": "s1", "kind": "step", "error": None, "output": 1,
+            "created_at": at(2)}  # fmt: skip
+    ev = evidence(wf("a"), steps=[step],
+                  side_log=[{"wf": "a", "step": "s1", "t": at(1).timestamp()}])  # fmt: skip
+    assert not checks.recorded_steps_never_rerun(ev)
+    ev["side_log"].append({"wf": "a", "step": "s1", "t": at(3).timestamp()})
+    assert checks.recorded_steps_never_rerun(ev)
+
+
+def test_a_result_that_is_not_the_records() -> None:
+    step = {"workflow_id": "a", "name": "s1", "kind": "step", "error": None, "output": 1}
+    ev = evidence(wf("a", result=[1]), steps=[step])
+    assert not checks.results_as_recorded(ev)
+    ev["workflows"][0]["result"] = [2]
+    assert checks.results_as_recorded(ev)
+
+
+def test_an_early_timer() -> None:
+    steps = [{"workflow_id": "a", "name": "before", "created_at": at(0)},
+             {"workflow_id": "a", "name": "after", "created_at": at(1.9)}]  # fmt: skip
+    ev = evidence(wf("a"), steps=steps, facts={"seconds": 2.0})
+    assert checks.timer_not_early(ev)
+    steps[1]["created_at"] = at(2.0)
+    assert not checks.timer_not_early(ev)
+
+
+def test_a_signal_consumed_twice_or_out_of_order() -> None:
+    sent = [{"n": 1}, {"n": 2}]
+    rows = [{"workflow_id": "a", "payload": {"n": 1}, "consumed_seq": 1},
+            {"workflow_id": "a", "payload": {"n": 2}, "consumed_seq": 2}]  # fmt: skip
+    ev = evidence(wf("a", result=sent), signals=rows, facts={"sent": {"a": sent}})
+    assert not checks.signals_exactly_once(ev)
+    rows[0]["consumed_seq"], rows[1]["consumed_seq"] = 2, 1
+    assert checks.signals_exactly_once(ev)
+    rows[1]["consumed_seq"] = None
+    assert checks.signals_exactly_once(ev)
+
+
+def test_a_refund_applied_twice() -> None:
+    ev = evidence(wf("a", result={"status": "COMMITTED"}), ledger=[{"key": "k"}])
+    assert not checks.effect_at_most_once(ev)
+    ev["ledger"].append({"key": "k"})
+    assert checks.effect_at_most_once(ev)
+
+
+def test_three_claims_at_once_on_a_queue_of_two() -> None:
+    runs = [wf(f"q{i}", updated_at=at(3)) for i in range(3)]
+    claims = [{"workflow_id": f"q{i}", "epoch": 1, "claimed_at": at(i * 0.5),
+               "prev_lease_expires_at": None} for i in range(3)]  # fmt: skip
+    ev = evidence(*runs, claims=claims, facts={"limit": 2})
+    assert checks.queue_concurrency_bounded(ev) == ["3 claims held at once, limit 2"]
+    runs[0]["updated_at"] = at(0.9)  # q0 ended before q2 was claimed
+    assert not checks.queue_concurrency_bounded(ev)
+
+
+def test_a_taken_over_claim_ends_when_its_lease_expired() -> None:
+    """q0 is claimed at 0, its worker dies; the takeover at 2 found its lease expired at 1.5.
+    q1 claimed at 1.6 and q2 at 1.7 leave two claims held, not three."""
+    runs = [wf("q0", updated_at=at(3)), wf("q1", updated_at=at(3)), wf("q2", updated_at=at(3))]
+    claims = [{"workflow_id": "q0", "epoch": 1, "claimed_at": at(0), "prev_lease_expires_at": None},
+              {"workflow_id": "q0", "epoch": 2, "claimed_at": at(2.5),
+               "prev_lease_expires_at": at(1.5)},
+              {"workflow_id": "q1", "epoch": 1, "claimed_at": at(1.6), "prev_lease_expires_at": None},
+              {"workflow_id": "q2", "epoch": 1, "claimed_at": at(1.7),
+               "prev_lease_expires_at": None}]  # fmt: skip
+    ev = evidence(*runs, claims=claims, facts={"limit": 2})
+    assert checks.queue_concurrency_bounded(ev) == ["3 claims held at once, limit 2"]
+    ev["claims"][1]["claimed_at"] = at(1.55)  # taken over before the others came: 2 at most
+    ev["claims"][2]["claimed_at"], ev["claims"][3]["claimed_at"] = at(3.5), at(3.6)
+    runs[0]["updated_at"] = at(3.4)
+    assert not checks.queue_concurrency_bounded(ev)
+
+
+def test_a_tick_started_twice_and_a_start_after_the_pause() -> None:
+    runs = [wf("s1", input={"scheduled_at": "t1"}, created_at=at(1)),
+            wf("s2", input={"scheduled_at": "t1"}, created_at=at(2))]  # fmt: skip
+    ev = evidence(*runs, fires=[], facts={"paused_at": at(1.5).isoformat()})
+    assert checks.tick_starts_at_most_once(ev) == ["tick t1 started 2 runs"]
+    assert len(checks.paused_starts_nothing(ev)) == 1
+    assert checks.tick_starts_at_most_once(evidence(fires=[])) == ["the schedule started nothing"]
+
+
+def test_a_timeout_before_its_deadline_or_long_after() -> None:
+    ev = evidence(wf("t", "timed_out", updated_at=at(2.9)), facts={"timeout": 3.0},
+                  fault_window=(at(0).timestamp(), at(0.5).timestamp()))  # fmt: skip
+    assert checks.timeout_not_early(ev)
+    ev["workflows"][0]["updated_at"] = at(3.2)
+    assert not checks.timeout_not_early(ev)
+    ev["workflows"][0]["updated_at"] = at(3 + checks.TIMEOUT_BOUND + 1)
+    assert checks.timeout_not_early(ev)
+
+
+def test_the_declaration_names_only_what_the_code_has(tmp_path) -> None:
+    matrix = load()
+    assert set(matrix.invariants("queues")) >= {"queue_concurrency_bounded", "all_terminal"}
+    bad = tmp_path / "faults.yaml"
+    text = (load.__globals__["DECLARED"]).read_text()
+    bad.write_text(text.replace("[timer_not_early]", "[timer_not_early, no_such_check]"))
+    with pytest.raises(ValueError, match="no_such_check"):
+        load(bad)
