@@ -103,10 +103,18 @@ class Session:
         return result
 
     def holder(self) -> WorkerProcess:
-        """The live worker that most recently started a step of one of the cell's runs."""
+        """The live worker that holds the most of the cell's runs now (the workflows table's
+        owner of running rows); the last to start a step when none is held."""
+        live = {w.worker_id: w for w in self.workers if w.proc.poll() is None}
+        with db.connect(self.dsn) as conn:
+            owners = conn.execute("select owner, count(*) n from ilr.workflows where status = "
+                                  "'running' and owner is not null group by owner "
+                                  "order by n desc, owner").fetchall()  # fmt: skip
+        for row in owners:
+            if row["owner"] in live:
+                return live[row["owner"]]
         starts = [(e["ts"], e.get("worker")) for e in self.events()
                   if e.get("event") == "step_started" and e.get("wf") in self.runs]  # fmt: skip
-        live = {w.worker_id: w for w in self.workers if w.proc.poll() is None}
         for _, worker in sorted(starts, key=lambda s: s[0], reverse=True):
             if worker in live:
                 return live[worker]

@@ -106,6 +106,7 @@ class Effects(Feature):
         s.stack.callback(target.stop)
         s.targets.append(target)
         admin = TargetAdmin(target.url)
+        admin.set_delay(1500)  # each send in flight 1.5 s (of its 2.5 s): the fault lands in one
         grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
         for i in range(3):
             admin.create_payment(f"{PAYMENT}_{i}", 10000)
@@ -115,9 +116,12 @@ class Effects(Feature):
             s.runs.append(rt.start(s.refund_flows.policy_refund, f"fx-{i}", case))
 
     def ready(self, s: Session) -> bool:
-        from world.target_client import TargetAdmin
-
-        return len(TargetAdmin(s.targets[0].url).log(method="POST")) >= 1
+        """A send in flight: DISPATCHED in the journal and not yet resolved. (The target's
+        admin API answers only once the held POST is served, so it cannot say this.)"""
+        rows = _rows(s, "select count(*) n from ilr.journal d where d.kind = 'DISPATCHED' and "
+                        "not exists (select 1 from ilr.journal c where c.effect_id = d.effect_id "
+                        "and c.kind in ('COMMITTED', 'REFUSED', 'AMBIGUOUS'))")  # fmt: skip
+        return bool(rows[0]["n"] >= 1)
 
     def collect(self, s: Session, out: dict[str, Any]) -> None:
         from world.target_client import TargetAdmin

@@ -48,6 +48,22 @@ def predicted_breaks(matrix: Matrix, cell: Cell) -> dict[str, str]:
     return out
 
 
+DB_FAULT_EVENTS = ("db_unavailable", "heartbeat_failed", "abandoned", "schedule_error")
+
+
+def fault_trace(ev: dict[str, Any]) -> dict[str, int]:
+    """What the fault left behind, so a reader sees it landed: takeovers of a running claim
+    (the claims table), and the workers' reports of a lost database (their event logs)."""
+    runs = set(ev["runs"])
+    return {
+        "takeovers": sum(1 for c in ev["claims"] if c["workflow_id"] in runs
+                         and c["prev_status"] == "running"),
+        "db_fault_events": sum(1 for e in ev["events"] if e.get("event") in DB_FAULT_EVENTS),
+        "abandoned": sum(1 for e in ev["events"] if e.get("event") == "abandoned"),
+        "fenced": sum(1 for e in ev["events"] if e.get("event") == "fenced"),
+    }  # fmt: skip
+
+
 def judge(matrix: Matrix, cell: Cell, ev: dict[str, Any]) -> dict[str, Any]:
     """The verdict of one cell: each invariant's violations, recomputed from the evidence. A
     violation of an invariant the catalog predicts to break under the assumption the fault
@@ -61,6 +77,7 @@ def judge(matrix: Matrix, cell: Cell, ev: dict[str, Any]) -> dict[str, Any]:
     violations = {k: v for k, v in found.items() if k not in breaks}
     return {"cell": cell.name, "feature": cell.feature, "fault": cell.fault, "mode": cell.mode,
             "seed": cell.seed, "runs": len(ev["runs"]), "checks": sorted(checks),
+            "trace": fault_trace(ev),
             "catalog_checked": sorted(catalog),
             "catalog_without_evidence": sorted(set(ev["catalog"]) - set(catalog)),
             "violations": violations, "verdict": "FAIL" if violations else "PASS",
@@ -148,6 +165,12 @@ def render(rep: dict[str, Any], matrix: Matrix) -> str:
         "",
     ]
     ran = {r["cell"]: r for r in rep["cells"]}
+    lines += [
+        "Each cell: its verdict, the runs it judged, the takeovers of a running claim "
+        "(tk, from the claims table) and the workers' reports of a lost database (db) "
+        "that show where the fault landed, and its wall time.",
+        "",
+    ]
     for mode in matrix.modes:
         lines += [f"## Mode {mode}", "",
                   "| feature | " + " | ".join(matrix.faults) + " |",
@@ -159,7 +182,10 @@ def render(rep: dict[str, Any], matrix: Matrix) -> str:
                 if r is None:
                     row.append("not driven" if not matrix.faults[fault]["driven"] else "not run")
                 else:
-                    row.append(f"{r['verdict']} ({r.get('runs', 0)} runs, {r['seconds']} s)")
+                    t = r.get("trace") or {}
+                    row.append(f"{r['verdict']} ({r.get('runs', 0)} runs, "
+                               f"{t.get('takeovers', 0)} tk, {t.get('db_fault_events', 0)} db, "
+                               f"{r['seconds']} s)")  # fmt: skip
             lines.append(f"| {feature} | " + " | ".join(row) + " |")
         lines.append("")
     bad = [r for r in rep["cells"] if r["verdict"] != "PASS"]
