@@ -12,6 +12,7 @@ import asyncio
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -22,13 +23,27 @@ from types import ModuleType
 from typing import Any
 
 from conformance.conftest import REPO, mode_args
-from interlock_runtime import AsyncRuntime, Runtime, WorkflowFailed, db, local_postgres, testing
+from interlock_runtime import (
+    AsyncRuntime,
+    Runtime,
+    WorkflowFailed,
+    db,
+    local_postgres,
+    migrations,
+    testing,
+)
 from interlock_runtime.testing import WorkerProcess, wait_for
 
 FLOWS = REPO / "runtime" / "tests"
 LEASE_TTL = 1.5
 TERMINAL = ("completed", "failed", "cancelled", "timed_out", "stuck", "continued")
 PAYMENT = "pay_matrix"
+# Faults that need a database of their own: a primary and a synchronous standby
+# (world/pg_pair.py), and for a partition the workers on hosts of their own (world/netns.py).
+PAIR_FAULTS = ("partition", "failover", "clock_offset")
+NAMESPACES = ("a", "b")
+CLOCK_AHEAD = 0.5  # clock_offset: the standby's clock runs this far ahead of the primary's
+MAX_CLOCK_SKEW = 0.6  # what the workers are told to allow for (below half the lease)
 
 
 @dataclass
@@ -57,6 +72,18 @@ class Session:
     runs: list[str] = field(default_factory=list)  # the workflow ids the feature started
     facts: dict[str, Any] = field(default_factory=dict)  # what the feature noted for its checks
     fault_window: tuple[float, float] | None = None  # wall-clock start and end of the fault
+    pair: Any = None  # world.pg_pair.PgPair for the faults that need one (PAIR_FAULTS)
+    world: Any = None  # world.netns.NetWorld for a partition: W1 in namespace a, W2 in b
+    homes: dict[str, Any] = field(default_factory=dict)  # worker id -> its namespace
+
+    def reachable(self, url: str, port: int) -> str:
+        """The URL a worker reaches a local service at: itself, or through a relay on a
+        gateway when the workers are hosts of their own (the world binds loopback only)."""
+        if self.world is None:
+            return url
+        from world.netns import Relay
+
+        return str(self.stack.enter_context(Relay(self.world["a"].gateway, port)).url)
 
     @property
     def flows(self) -> ModuleType:
@@ -79,10 +106,18 @@ class Session:
         sync = self.cell.mode == "sync"
         modules = ("conformance.matrix.flows_sync", "flows") if sync else (
             "conformance.matrix.flows_async", "conformance.source_flows_async")  # fmt: skip
-        w = WorkerProcess(self.dsn, worker_id, self.log_dir, modules[0],
+        extra = ["--module", modules[1], *mode_args(self.cell.mode)]
+        if self.cell.fault == "clock_offset":  # the local deadline runs this much short
+            extra += ["--max-clock-skew", str(MAX_CLOCK_SKEW)]
+        dsn, popen = self.dsn, subprocess.Popen
+        if self.world is not None:  # each worker a host of its own
+            space = self.world[NAMESPACES[len(self.workers) % len(NAMESPACES)]]
+            dsn, popen = self.pair.dsn(host=space.gateway), space.popen
+            self.homes[worker_id] = space
+        w = WorkerProcess(dsn, worker_id, self.log_dir, modules[0],
                           pythonpath=os.pathsep.join((str(REPO), str(FLOWS))), cwd=str(FLOWS),
-                          lease_ttl=LEASE_TTL, poll=0.2, concurrency=4,
-                          extra_args=("--module", modules[1], *mode_args(self.cell.mode)))  # fmt: skip
+                          lease_ttl=LEASE_TTL, poll=0.2, concurrency=4, popen=popen,
+                          extra_args=tuple(extra))  # fmt: skip
         self.stack.callback(w.close)
         self.workers.append(w)
         return w
@@ -102,17 +137,23 @@ class Session:
         result: dict[str, str] = _retrying(read)
         return result
 
-    def holder(self) -> WorkerProcess:
-        """The live worker that holds the most of the cell's runs now (the workflows table's
-        owner of running rows); the last to start a step when none is held."""
+    def holder(self, within: float = 3.0) -> WorkerProcess:
+        """The live worker that holds the most of the cell's runs (the workflows table's owner
+        of running rows), waiting up to `within` seconds for one to hold any; else the last to
+        start a step (the fault then lands on a worker whose runs are parked)."""
         live = {w.worker_id: w for w in self.workers if w.proc.poll() is None}
-        with db.connect(self.dsn) as conn:
-            owners = conn.execute("select owner, count(*) n from ilr.workflows where status = "
-                                  "'running' and owner is not null group by owner "
-                                  "order by n desc, owner").fetchall()  # fmt: skip
-        for row in owners:
-            if row["owner"] in live:
-                return live[row["owner"]]
+        deadline = time.monotonic() + within
+        while True:
+            with db.connect(self.dsn) as conn:
+                owners = conn.execute("select owner, count(*) n from ilr.workflows where status "
+                                      "= 'running' and owner is not null group by owner "
+                                      "order by n desc, owner").fetchall()  # fmt: skip
+            for row in owners:
+                if row["owner"] in live:
+                    return live[row["owner"]]
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
         starts = [(e["ts"], e.get("worker")) for e in self.events()
                   if e.get("event") == "step_started" and e.get("wf") in self.runs]  # fmt: skip
         for _, worker in sorted(starts, key=lambda s: s[0], reverse=True):
@@ -148,6 +189,15 @@ def inject(s: Session) -> None:
         victim.signal(signal.SIGCONT)
     elif fault == "pg_restart":
         local_postgres.restart_immediate()
+    elif fault == "partition":  # the holder's host cut off from both nodes past its lease
+        space = s.homes[s.holder().worker_id]
+        space.partition([s.pair.primary.port, s.pair.standby.port])
+        try:
+            time.sleep(LEASE_TTL * 2 + s.rng.uniform(0, 1))
+        finally:
+            space.heal()
+    elif fault in ("failover", "clock_offset"):  # clock_offset: to a standby whose clock is ahead
+        s.pair.failover()
     elif fault == "pg_terminate":
         with db.connect(s.dsn) as conn:
             conn.execute("select pg_terminate_backend(pid) from pg_stat_activity "
@@ -167,8 +217,24 @@ def run_cell(cell: Cell, admin: str, template: str, log_dir: Path) -> dict[str, 
     code = feature_code.FEATURES[cell.feature]
     log_dir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
-        dsn = stack.enter_context(testing.fresh_database(admin, template))
-        s = Session(cell, dsn, log_dir, stack, random.Random(cell.seed))
+        world = pair = None
+        if cell.fault in PAIR_FAULTS:
+            from world.netns import NetWorld
+            from world.pg_pair import PgPair
+
+            world = (
+                stack.enter_context(NetWorld(*NAMESPACES)) if cell.fault == "partition" else None
+            )
+            offset = {"b": CLOCK_AHEAD} if cell.fault == "clock_offset" else {}
+            pair = stack.enter_context(PgPair(
+                listen=tuple(world.gateways) if world else (),
+                trust=tuple(world.subnets) if world else (), clock_offset=offset))  # fmt: skip
+            dsn = pair.dsn()
+            with db.connect(dsn) as conn:
+                migrations.ensure(conn)
+        else:
+            dsn = stack.enter_context(testing.fresh_database(admin, template))
+        s = Session(cell, dsn, log_dir, stack, random.Random(cell.seed), pair=pair, world=world)
         with Runtime(dsn) as rt:
             code.start(s, rt)
             s.worker("W1")
@@ -259,7 +325,8 @@ def collect(s: Session, waits: dict[tuple[str, str], str]) -> dict[str, Any]:
 
     out: dict[str, Any] = {"runs": list(s.runs), "facts": dict(s.facts), "dsn": s.dsn,
                            "fault_window": s.fault_window, "side_log": [],
-                           "events": s.events(), "targets": list(s.targets)}  # fmt: skip
+                           "events": s.events(), "targets": list(s.targets),
+                           "db_clock": s.pair.db_clock() if s.pair else None}  # fmt: skip
     if os.path.exists(s.side_log):
         out["side_log"] = testing.read_jsonl(Path(s.side_log))
     feature_code.FEATURES[s.cell.feature].collect(s, out)
@@ -272,10 +339,12 @@ def _catalog(s: Session, out: dict[str, Any]) -> dict[str, list[str] | str]:
     """The invariant catalog's code checks (conformance/invariants.py) over the cell's evidence."""
     from conformance.invariants import Evidence, check_all, target_config
 
-    targets = {t.url: target_config(t.url) for t in s.targets}
+    # each target under the URL the runs named it by (a relay's, when workers are hosts apart)
+    named = s.facts.get("target_url") or (s.targets[0].url if s.targets else None)
+    targets = {named: target_config(s.targets[0].url)} if s.targets else {}
     with db.connect(s.dsn) as conn:
-        ev = Evidence(conn, ledger=[dict(r, target=s.targets[0].url) for r in out["ledger"]]
-                      if s.targets else [], access_log=[dict(r, target=s.targets[0].url)
-                      for r in out["access_log"]] if s.targets else [], events=out["events"],
-                      targets=targets)  # fmt: skip
+        ev = Evidence(conn, ledger=[dict(r, target=named) for r in out.get("ledger", [])],
+                      access_log=[dict(r, target=named) for r in out.get("access_log", [])],
+                      events=out["events"], targets=targets,
+                      db_clock=out["db_clock"])  # fmt: skip
         return check_all(ev)

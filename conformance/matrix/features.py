@@ -106,11 +106,12 @@ class Effects(Feature):
         s.stack.callback(target.stop)
         s.targets.append(target)
         admin = TargetAdmin(target.url)
+        url = s.facts["target_url"] = s.reachable(target.url, target.port)
         admin.set_delay(1500)  # each send in flight 1.5 s (of its 2.5 s): the fault lands in one
         grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
         for i in range(3):
             admin.create_payment(f"{PAYMENT}_{i}", 10000)
-            case = {"id": f"fx-{i}", "target_url": target.url, "payment": f"{PAYMENT}_{i}",
+            case = {"id": f"fx-{i}", "target_url": url, "payment": f"{PAYMENT}_{i}",
                     "tier": 2, "payload": {"amount": 100, "payment": f"{PAYMENT}_{i}"},
                     "grant": grant, "send_timeout": 2.5, "settle_margin": 1.0}  # fmt: skip
             s.runs.append(rt.start(s.refund_flows.policy_refund, f"fx-{i}", case))

@@ -111,15 +111,13 @@ def run(cells: list[Cell], matrix: Matrix, log_root: Path | None = None) -> list
 
 
 def report(matrix: Matrix, results: list[dict[str, Any]], seed: int, wall: float,
-           scope: str) -> dict[str, Any]:  # fmt: skip
-    from world import gitstate
-
+           scope: str, git: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     declared = [f"{f}/{x}/{m}" for f in matrix.features for x in matrix.faults
                 for m in matrix.modes]  # fmt: skip
     ran = {r["cell"]: r for r in results}
     not_driven = [c for c in declared if not matrix.faults[c.split("/")[1]]["driven"]]
     return {
-        "commit": gitstate.commit(), "dirty": gitstate.dirty(), "seed": seed, "scope": scope,
+        "commit": git["commit"], "dirty": git["dirty"], "seed": seed, "scope": scope,
         "python": platform.python_version(), "wall_seconds": round(wall, 1),
         "size": {"features": len(matrix.features), "faults": len(matrix.faults),
                  "driven_faults": len(matrix.driven), "modes": len(matrix.modes),
@@ -259,10 +257,13 @@ def main(argv: list[str]) -> int:
     whole = not (args.sample or args.only or args.exclusive != "any")
     out = Path(args.results_dir or (REPO / "results" if whole else REPO / ".data" / "matrix"))
     print(f"matrix: {len(cells)} cells, seed {args.seed} (rerun with --seed {args.seed})")
+    from world import gitstate
+
+    git = {"commit": gitstate.commit(), "dirty": gitstate.dirty()}  # the code that runs
     t0 = time.monotonic()
     results = run(cells, matrix)
     scope = "every driven cell" if whole else f"{len(cells)} selected cells"
-    rep = report(matrix, results, args.seed, time.monotonic() - t0, scope)
+    rep = report(matrix, results, args.seed, time.monotonic() - t0, scope, git)
     out.mkdir(parents=True, exist_ok=True)
     (out / "matrix.json").write_text(json.dumps(rep, indent=1, default=str) + "\n")
     (out / "matrix.md").write_text(render(rep, matrix))
