@@ -38,3 +38,14 @@ def once_then_fail_first(path: str, wf: str, step: str, seconds: float) -> dict:
         raise ValueError(f"{step}: first attempt fails on purpose")
     time.sleep(seconds)
     return {"wf": wf, "step": step}
+
+
+def hang_first(path: str, wf: str, step: str, seconds: float) -> dict:
+    """Its first start hangs `seconds` (past the attempt's start_to_close); later ones return."""
+    if _log(path, wf, step) == 0:
+        time.sleep(seconds)
+    return {"wf": wf, "step": step}
+
+
+def plus_one(n: int) -> int:
+    return n + 1

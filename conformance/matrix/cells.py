@@ -75,6 +75,8 @@ class Session:
     pair: Any = None  # world.pg_pair.PgPair for the faults that need one (PAIR_FAULTS)
     world: Any = None  # world.netns.NetWorld for a partition: W1 in namespace a, W2 in b
     homes: dict[str, Any] = field(default_factory=dict)  # worker id -> its namespace
+    supervised: threading.Event = field(default_factory=threading.Event)
+    replaced: set[str] = field(default_factory=set)  # workers a replacement was started for
 
     def reachable(self, url: str, port: int) -> str:
         """The URL a worker reaches a local service at: itself, or through a relay on a
@@ -102,7 +104,24 @@ class Session:
     def side_log(self) -> str:
         return str(self.log_dir / "side.jsonl")
 
-    def worker(self, worker_id: str) -> WorkerProcess:
+    def supervise(self) -> None:
+        """Start a replacement for each worker process that has exited, as a supervisor
+        (systemd, Kubernetes) would: SIGKILLed by the fault, or ended by its send watchdog
+        (exit 75 at a send's deadline, docs/design.md#send-deadline). In a thread until the
+        cell's runs have ended (self.supervised cleared)."""
+
+        def watch() -> None:
+            while self.supervised.is_set():
+                for w in list(self.workers):
+                    if w.proc.poll() is not None and w.worker_id not in self.replaced:
+                        self.replaced.add(w.worker_id)
+                        self.worker(f"{w.worker_id}r", home=self.homes.get(w.worker_id))
+                time.sleep(0.2)
+
+        self.supervised.set()
+        threading.Thread(target=watch, name="supervisor", daemon=True).start()
+
+    def worker(self, worker_id: str, home: Any = None) -> WorkerProcess:
         sync = self.cell.mode == "sync"
         modules = ("conformance.matrix.flows_sync", "flows") if sync else (
             "conformance.matrix.flows_async", "conformance.source_flows_async")  # fmt: skip
@@ -111,7 +130,7 @@ class Session:
             extra += ["--max-clock-skew", str(MAX_CLOCK_SKEW)]
         dsn, popen = self.dsn, subprocess.Popen
         if self.world is not None:  # each worker a host of its own
-            space = self.world[NAMESPACES[len(self.workers) % len(NAMESPACES)]]
+            space = home or self.world[NAMESPACES[len(self.workers) % len(NAMESPACES)]]
             dsn, popen = self.pair.dsn(host=space.gateway), space.popen
             self.homes[worker_id] = space
         w = WorkerProcess(dsn, worker_id, self.log_dir, modules[0],
@@ -202,7 +221,7 @@ def inject(s: Session) -> None:
         with db.connect(s.dsn) as conn:
             conn.execute("select pg_terminate_backend(pid) from pg_stat_activity "
                          "where datname = current_database() and pid <> pg_backend_pid()")  # fmt: skip
-    elif fault != "none":
+    elif fault not in ("none", "slow_target"):  # slow_target: the target is slow from the start
         raise ValueError(f"fault {fault!r} is declared but not driven by the runner")
     s.fault_window = (t0, time.time())
 
@@ -239,6 +258,9 @@ def run_cell(cell: Cell, admin: str, template: str, log_dir: Path) -> dict[str, 
             code.start(s, rt)
             s.worker("W1")
             s.worker("W2")
+            s.supervise()
+            s.stack.callback(s.supervised.clear)
+            code.launched(s, rt)
             wait_for(lambda: code.ready(s), 60, f"{cell.name}: the moment of its fault")
             time.sleep(s.rng.uniform(0, 0.3))  # a seeded jitter around that moment
         waits = Waits(dsn, list(s.runs))  # waits that span the fault, from both clients
@@ -249,6 +271,7 @@ def run_cell(cell: Cell, admin: str, template: str, log_dir: Path) -> dict[str, 
         wait_for(lambda: len(s.runs) > 0 and all(v in TERMINAL for v in s.statuses().values())
                  and len(s.statuses()) == len(s.runs), 120, f"{cell.name}: every run to end")  # fmt: skip
         answers = {**waits.join(WAIT_GRACE), **late.join(WAIT_GRACE)}
+        s.supervised.clear()
         return collect(s, answers)
 
 
@@ -345,6 +368,6 @@ def _catalog(s: Session, out: dict[str, Any]) -> dict[str, list[str] | str]:
     with db.connect(s.dsn) as conn:
         ev = Evidence(conn, ledger=[dict(r, target=named) for r in out.get("ledger", [])],
                       access_log=[dict(r, target=named) for r in out.get("access_log", [])],
-                      events=out["events"], targets=targets,
+                      events=out["events"], targets=targets, revokes=s.facts.get("revokes"),
                       db_clock=out["db_clock"])  # fmt: skip
         return check_all(ev)

@@ -205,6 +205,63 @@ def timeout_not_early(ev: Evidence) -> list[str]:
     return out
 
 
+def children_exactly_once(ev: Evidence) -> list[str]:
+    """Each parent started its two children exactly once (ids <parent>/<seq>: one row each),
+    every child completed, and the parent returned their results in order."""
+    out = []
+    kids: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in ev["children"]:
+        kids[c["parent_id"]].append(c)
+    for w in _runs(ev):
+        mine = sorted(kids[w["id"]], key=lambda c: int(c["id"].rsplit("/", 1)[1]))
+        if len(mine) != 2:
+            out.append(f"{w['id']}: {len(mine)} children, expected 2")
+        out += [f"{c['id']} ended {c['status']}" for c in mine if c["status"] != "completed"]
+        if w["status"] == "completed" and w["result"] != [c["result"] for c in mine]:
+            out.append(
+                f"{w['id']}: returned {w['result']}, its children {[c['result'] for c in mine]}"
+            )
+    return out
+
+
+def chain_complete(ev: Evidence) -> list[str]:
+    """Each chain is one run per count, linked first to last (continued_as), with no second
+    successor of any run, and its last run returned the count it was to reach."""
+    rows = {w["id"]: w for w in ev["workflows"]}
+    out = []
+    for first, last in zip(ev["facts"]["firsts"], ev["runs"], strict=True):
+        chain = [w for wid, w in rows.items() if wid == first or wid.startswith(f"{first}#")]
+        if len(chain) != ev["facts"]["until"]:
+            out.append(f"{first}: {len(chain)} runs, expected {ev['facts']['until']}")
+        links = [w["result"]["continued_as"] for w in chain if w["status"] == "continued"]
+        if len(links) != len(set(links)) or any(link not in rows for link in links):
+            out.append(f"{first}: successors {links}")
+        if rows[last]["status"] == "completed" and rows[last]["result"] != ev["facts"]["until"]:
+            out.append(f"{last}: returned {rows[last]['result']}")
+    return out
+
+
+def attempt_not_abandoned_early(ev: Evidence) -> list[str]:
+    """A step attempt past its start_to_close is abandoned no earlier than the limit: the next
+    start of the step comes at least start_to_close after the first (the side log)."""
+    limit = ev["facts"]["start_to_close"]
+    starts: dict[str, list[float]] = defaultdict(list)
+    for line in ev["side_log"]:
+        starts[line["wf"]].append(line["t"])
+    out = []
+    for w in _runs(ev):
+        t = sorted(starts[w["id"]])
+        if len(t) < 2 and w["status"] == "completed":
+            out.append(
+                f"{w['id']}: completed with {len(t)} start(s); its first hangs past the limit"
+            )
+        elif len(t) >= 2 and t[1] - t[0] < limit - 0.05:
+            out.append(
+                f"{w['id']}: retried {t[1] - t[0]:.3f} s after the first start, limit {limit}"
+            )
+    return out
+
+
 # A check that judges what an invariant of the catalog judges: it follows that invariant's
 # prediction when a fault lifts an assumption (run.judge).
 TWINS = {"effect_at_most_once": "EffectAtMostOnceTier12"}
@@ -213,4 +270,5 @@ CHECKS = {f.__name__: f for f in (
     all_terminal, no_fault_ends_a_run, expected_end, waits_return, own_grants_end,
     recorded_steps_never_rerun, results_as_recorded, timer_not_early, signals_exactly_once,
     effect_at_most_once, queue_concurrency_bounded, tick_starts_at_most_once,
-    paused_starts_nothing, timeout_not_early)}  # fmt: skip
+    paused_starts_nothing, timeout_not_early, children_exactly_once, chain_complete,
+    attempt_not_abandoned_early)}  # fmt: skip

@@ -29,12 +29,21 @@ def _started(s: Session, step: str, count: int = 1) -> bool:
         return False
 
 
+def _service_ms(s: Session) -> int:
+    """The target's service time: each send in flight 1.5 s of its 2.5 s, so the fault lands
+    in one; under slow_target 3 s, past the send timeout and within the 1 s settle margin."""
+    return 3000 if s.cell.fault == "slow_target" else 1500
+
+
 class Feature:
     def start(self, s: Session, rt: Runtime) -> None:
         raise NotImplementedError
 
     def ready(self, s: Session) -> bool:
         raise NotImplementedError
+
+    def launched(self, s: Session, rt: Runtime) -> None:
+        """What the feature does once its workers run, before its fault's moment (approve)."""
 
     def after_fault(self, s: Session, rt: Runtime) -> None:
         """What the feature does once the fault has landed (send signals, pause a schedule)."""
@@ -107,7 +116,7 @@ class Effects(Feature):
         s.targets.append(target)
         admin = TargetAdmin(target.url)
         url = s.facts["target_url"] = s.reachable(target.url, target.port)
-        admin.set_delay(1500)  # each send in flight 1.5 s (of its 2.5 s): the fault lands in one
+        admin.set_delay(_service_ms(s))
         grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
         for i in range(3):
             admin.create_payment(f"{PAYMENT}_{i}", 10000)
@@ -188,6 +197,110 @@ class Timeouts(Feature):
         return _started(s, "s0", 2)
 
 
+class Children(Feature):
+    def start(self, s: Session, rt: Runtime) -> None:
+        for i in range(2):
+            s.runs.append(rt.start(s.flows.m_parent, f"par-{i}", {"log": s.side_log, "hold": 0.8}))
+
+    def ready(self, s: Session) -> bool:
+        return _started(s, "work", 2)  # a child's body running
+
+    def after_fault(self, s: Session, rt: Runtime) -> None:
+        pass
+
+    def collect(self, s: Session, out: dict[str, Any]) -> None:
+        super().collect(s, out)
+        out["children"] = _rows(s, "select id, parent_id, status, result from ilr.workflows "
+                                   "where parent_id is not null order by id")  # fmt: skip
+
+
+class Chains(Feature):
+    UNTIL = 4
+
+    def start(self, s: Session, rt: Runtime) -> None:
+        for i in range(2):
+            s.runs.append(rt.start(s.flows.m_chain, f"chain-{i}",
+                                   {"n": 0, "until": self.UNTIL, "log": s.side_log, "hold": 0.5}))  # fmt: skip
+        s.facts["until"] = self.UNTIL
+
+    def ready(self, s: Session) -> bool:
+        return _started(s, "work", 3)
+
+    def after_fault(self, s: Session, rt: Runtime) -> None:
+        """The runs judged are each chain's last: its first run followed to its successors."""
+        from interlock_runtime.testing import wait_for
+
+        def last(wf: str) -> str | None:
+            while True:
+                row = _rows(s, "select status, result from ilr.workflows where id = %s", (wf,))
+                if not row or row[0]["status"] != "continued":
+                    return wf if row else None
+                wf = row[0]["result"]["continued_as"]
+
+        firsts = list(s.runs)
+        wait_for(lambda: all(last(wf) is not None for wf in firsts), 60, "the chains' successors")
+        s.facts["firsts"] = firsts
+        final = "('completed', 'failed', 'cancelled', 'timed_out', 'stuck')"
+        wait_for(lambda: all(_rows(s, f"select 1 from ilr.workflows where id = %s and status in "
+                                      f"{final}", (last(wf),)) for wf in firsts),
+                 120, "each chain's last run to end")  # fmt: skip
+        s.runs[:] = [str(last(wf)) for wf in firsts]
+
+
+class StepTimeouts(Feature):
+    HANG = 4.0
+
+    def start(self, s: Session, rt: Runtime) -> None:
+        for i in range(3):
+            s.runs.append(rt.start(s.flows.m_step_timeout, f"st-{i}",
+                                   {"log": s.side_log, "hang": self.HANG}))  # fmt: skip
+        s.facts["start_to_close"] = 1.0
+
+    def ready(self, s: Session) -> bool:
+        return _started(s, "slow", 3)  # every first attempt hanging
+
+
+class Approvals(Effects):
+    def start(self, s: Session, rt: Runtime) -> None:
+        from world.target import Target
+        from world.target_client import TargetAdmin
+
+        target = Target(2, db=str(s.log_dir / "ledger.db")).start()
+        s.stack.callback(target.stop)
+        s.targets.append(target)
+        admin = TargetAdmin(target.url)
+        url = s.facts["target_url"] = s.reachable(target.url, target.port)
+        admin.set_delay(_service_ms(s))
+        for i in range(3):
+            admin.create_payment(f"{PAYMENT}_{i}", 10000)
+            case = {"id": f"ap-{i}", "target_url": url, "payment": f"{PAYMENT}_{i}", "tier": 2,
+                    "send_timeout": 2.5, "settle_margin": 1.0}  # fmt: skip
+            s.runs.append(rt.start(s.refund_flows.refund, f"ap-{i}", case))
+        s.facts["revokes"] = []
+
+    def launched(self, s: Session, rt: Runtime) -> None:
+        """A person approves each proposal once it waits (the payload the model proposed)."""
+        from interlock_runtime.testing import wait_for
+
+        s.facts["grants"] = {}
+        for wf in s.runs:
+            wait_for(lambda wf=wf: (rt.describe(wf)["waiting"] or {}).get("signal") == "approve",
+                     60, f"{wf} to wait for approval")  # fmt: skip
+            decided = rt.describe(wf)["steps"][0]["output"]
+            amount = decided["response"]["amount"]
+            payment = rt.describe(wf)["input"]["payment"]
+            s.facts["grants"][wf] = rt.approve(wf, {"payment": payment, "amount": amount},
+                                               decided["premises"], by="alice")  # fmt: skip
+
+    def after_fault(self, s: Session, rt: Runtime) -> None:
+        """The last approval is revoked once the fault has landed (its send may be done, in
+        flight or not yet made): what revoke returned is evidence for RevokeLinearizable."""
+        from conformance.invariants import record_revoke
+
+        grant = s.facts["grants"][s.runs[-1]]
+        _retrying(lambda: record_revoke(rt, grant, "alice", s.facts["revokes"]))
+
+
 FEATURES: dict[str, Feature] = {
     "steps": Steps(),
     "timers": Timers(),
@@ -196,4 +309,8 @@ FEATURES: dict[str, Feature] = {
     "queues": Queues(),
     "schedules": Schedules(),
     "timeouts": Timeouts(),
+    "children": Children(),
+    "continue_as_new": Chains(),
+    "step_timeouts": StepTimeouts(),
+    "approvals": Approvals(),
 }

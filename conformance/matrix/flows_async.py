@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from conformance.matrix.bodies import hold, once_then_fail_first
-from conformance.matrix.flows_sync import RETRY
+from conformance.matrix.bodies import hang_first, hold, once_then_fail_first, plus_one
+from conformance.matrix.flows_sync import RETRY, STEP_LIMIT
 from interlock_runtime import workflow
 
 
@@ -52,3 +52,35 @@ async def m_deadline(ctx, inp):
 async def m_scheduled(ctx, inp):
     await ctx.step("tick", hold, inp["input"]["log"], ctx.workflow_id, "tick", 0, retry=RETRY)
     return inp["scheduled_at"]
+
+
+@workflow(name="m_child", version="1")
+async def m_child(ctx, inp):
+    return await ctx.step("work", hold, inp["log"], ctx.workflow_id, "work", inp["hold"],
+                          retry=RETRY)  # fmt: skip
+
+
+@workflow(name="m_parent", version="1")
+async def m_parent(ctx, inp):
+    out = []
+    for _ in range(2):
+        kid = await ctx.child(m_child, {"log": inp["log"], "hold": inp["hold"]})
+        out.append(await ctx.wait_child(kid))
+    return out
+
+
+@workflow(name="m_chain", version="1")
+async def m_chain(ctx, inp):
+    n = await ctx.step("count", plus_one, inp["n"], retry=RETRY)
+    hold_for = inp["hold"]
+    await ctx.step("work", hold, inp["log"], ctx.workflow_id, "work", hold_for, retry=RETRY)
+    if n < inp["until"]:
+        await ctx.continue_as_new({"n": n, "until": inp["until"], "log": inp["log"],
+                                   "hold": hold_for})  # fmt: skip
+    return n
+
+
+@workflow(name="m_step_timeout", version="1")
+async def m_step_timeout(ctx, inp):
+    return await ctx.step("slow", hang_first, inp["log"], ctx.workflow_id, "slow", inp["hang"],
+                          retry=STEP_LIMIT)  # fmt: skip

@@ -5,7 +5,7 @@ records."""
 
 from __future__ import annotations
 
-from conformance.matrix.bodies import hold, once_then_fail_first
+from conformance.matrix.bodies import hang_first, hold, once_then_fail_first, plus_one
 from interlock_runtime import RetryPolicy, workflow
 
 RETRY = RetryPolicy(initial=0.2, backoff=1.0, max_attempts=20)
@@ -53,3 +53,39 @@ def m_deadline(ctx, inp):
 def m_scheduled(ctx, inp):
     ctx.step("tick", hold, inp["input"]["log"], ctx.workflow_id, "tick", 0, retry=RETRY)
     return inp["scheduled_at"]
+
+
+@workflow(name="m_child", version="1")
+def m_child(ctx, inp):
+    return ctx.step("work", hold, inp["log"], ctx.workflow_id, "work", inp["hold"], retry=RETRY)
+
+
+@workflow(name="m_parent", version="1")
+def m_parent(ctx, inp):
+    """Two children, started one after the other, each awaited."""
+    out = []
+    for _ in range(2):
+        kid = ctx.child(m_child, {"log": inp["log"], "hold": inp["hold"]})
+        out.append(ctx.wait_child(kid))
+    return out
+
+
+@workflow(name="m_chain", version="1")
+def m_chain(ctx, inp):
+    """Counts to `until` in as many runs, each continuing as new."""
+    n = ctx.step("count", plus_one, inp["n"], retry=RETRY)
+    hold_for = inp["hold"]
+    ctx.step("work", hold, inp["log"], ctx.workflow_id, "work", hold_for, retry=RETRY)
+    if n < inp["until"]:
+        ctx.continue_as_new({"n": n, "until": inp["until"], "log": inp["log"], "hold": hold_for})
+    return n
+
+
+STEP_LIMIT = RetryPolicy(initial=0.2, backoff=1.0, max_attempts=20, start_to_close=1.0)
+
+
+@workflow(name="m_step_timeout", version="1")
+def m_step_timeout(ctx, inp):
+    """A step whose first attempt hangs past its start_to_close: abandoned, then retried."""
+    return ctx.step("slow", hang_first, inp["log"], ctx.workflow_id, "slow", inp["hang"],
+                    retry=STEP_LIMIT)  # fmt: skip

@@ -45,11 +45,16 @@ class Matrix:
     def exclusive(self, cell: Cell) -> bool:
         return bool(self.faults[cell.fault]["exclusive"])
 
+    def applies(self, feature: str, fault: str) -> bool:
+        """Whether the fault can touch the feature (`applies` absent: every feature)."""
+        return feature in self.faults[fault].get("applies", self.features)
+
     def cells(self, seed: int) -> list[Cell]:
-        """Every driven cell, each with a seed of its own derived from `seed`."""
-        return [Cell(feature, fault, mode, seed * 1000 + i)
-                for i, (feature, fault, mode) in enumerate(
-                    (f, x, m) for f in self.features for x in self.driven for m in self.modes)]  # fmt: skip
+        """Every driven cell that applies, each with a seed of its own derived from `seed`
+        (by its place among all declared cells, so adding one leaves the others' seeds)."""
+        every = [(f, x, m) for f in self.features for x in self.faults for m in self.modes]
+        return [Cell(f, x, m, seed * 1000 + i) for i, (f, x, m) in enumerate(every)
+                if self.faults[x]["driven"] and self.applies(f, x)]  # fmt: skip
 
     def sample(self, seed: int) -> list[Cell]:
         """A seeded sample: each feature once per mode, under faults dealt so that every driven
@@ -63,9 +68,17 @@ class Matrix:
                 if not deck:
                     deck = faults[:]
                     rng.shuffle(deck)
-                out.append((feature, deck.pop(), mode))
+                fault = next((f for f in reversed(deck) if self.applies(feature, f)), None)
+                if fault is None:  # what is left of the deck touches nothing of this feature
+                    fault = rng.choice([f for f in faults if self.applies(feature, f)])
+                else:
+                    deck.remove(fault)
+                out.append((feature, fault, mode))
+            for fault in deck:  # faults the deal left out: each on a feature it applies to
+                feature = rng.choice([f for f in self.features if self.applies(f, fault)])
+                out.append((feature, fault, mode))
         every = {c.name: c for c in self.cells(seed)}
-        return [every[f"{f}/{x}/{m}"] for f, x, m in out]
+        return list({name: every[name] for name in (f"{f}/{x}/{m}" for f, x, m in out)}.values())
 
 
 def load(path: Path = DECLARED) -> Matrix:

@@ -101,7 +101,7 @@ def run(cells: list[Cell], matrix: Matrix, log_root: Path | None = None) -> list
                 verdict = {"cell": cell.name, "feature": cell.feature, "fault": cell.fault,
                            "mode": cell.mode, "seed": cell.seed, "verdict": "ERROR",
                            "error": f"{type(exc).__name__}: {exc}",
-                           "trace": traceback.format_exc(limit=6)}  # fmt: skip
+                           "traceback": traceback.format_exc(limit=6)}  # fmt: skip
             verdict["seconds"] = round(time.monotonic() - t0, 1)
             print(f"matrix: {cell.name}: {verdict['verdict']} in {verdict['seconds']} s"
                   + (f" {verdict.get('violations') or verdict.get('error')}"
@@ -116,19 +116,21 @@ def report(matrix: Matrix, results: list[dict[str, Any]], seed: int, wall: float
                 for m in matrix.modes]  # fmt: skip
     ran = {r["cell"]: r for r in results}
     not_driven = [c for c in declared if not matrix.faults[c.split("/")[1]]["driven"]]
+    not_applying = [c for c in declared if not matrix.applies(*c.split("/")[:2])]
     return {
         "commit": git["commit"], "dirty": git["dirty"], "seed": seed, "scope": scope,
         "python": platform.python_version(), "wall_seconds": round(wall, 1),
         "size": {"features": len(matrix.features), "faults": len(matrix.faults),
                  "driven_faults": len(matrix.driven), "modes": len(matrix.modes),
-                 "declared_cells": len(declared), "driven_cells": len(declared) - len(not_driven),
+                 "declared_cells": len(declared), "not_applying": len(not_applying),
+                 "driven_cells": len(declared) - len(not_driven) - len(not_applying),
                  "cells_run": len(results)},
         "totals": {v: sum(1 for r in results if r["verdict"] == v)
                    for v in ("PASS", "FAIL", "ERROR")},
         "runs": sum(r.get("runs", 0) for r in results),
         "violations": sum(len(v) for r in results for v in r.get("violations", {}).values()),
         "conceded": sum(len(c["found"]) for r in results for c in r.get("conceded", {}).values()),
-        "not_run": [c for c in declared if c not in ran],
+        "not_run": [c for c in declared if c not in ran and c not in not_applying],
         "not_driven": not_driven,
         "cells": results,
     }  # fmt: skip
@@ -152,8 +154,10 @@ def render(rep: dict[str, Any], matrix: Matrix) -> str:
         "pass. A fault marked not driven is NOT RUN, never a pass.",
         "",
         f"**Size**: {size['features']} features x {size['faults']} faults x {size['modes']} "
-        f"modes = {size['declared_cells']} declared cells; {size['driven_faults']} faults "
-        f"driven, {size['driven_cells']} driven cells; {size['cells_run']} run here.",
+        f"modes = {size['declared_cells']} declared cells, of which {size['not_applying']} "
+        "pair a fault with a feature it cannot touch (a slow target with a feature that sends "
+        f"nothing); {size['driven_faults']} faults driven, {size['driven_cells']} driven cells; "
+        f"{size['cells_run']} run here.",
         "",
         f"**Result**: {totals['PASS']} PASS, {totals['FAIL']} FAIL, {totals['ERROR']} ERROR; "
         f"{rep['runs']} workflow runs, {rep['violations']} violations; "
@@ -177,7 +181,9 @@ def render(rep: dict[str, Any], matrix: Matrix) -> str:
             row = []
             for fault in matrix.faults:
                 r = ran.get(f"{feature}/{fault}/{mode}")
-                if r is None:
+                if r is None and not matrix.applies(feature, fault):
+                    row.append("does not apply")
+                elif r is None:
                     row.append("not driven" if not matrix.faults[fault]["driven"] else "not run")
                 else:
                     t = r.get("trace") or {}
