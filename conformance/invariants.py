@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 
 from interlock_runtime import journal, receipts
-from interlock_runtime.vocabulary import RESOLVING_ENTRIES, ResendVia
+from interlock_runtime.vocabulary import RESOLVING_ENTRIES, TERMINAL_STATUSES, ResendVia
 
 TERMINAL_ENTRIES = tuple(k.value for k in RESOLVING_ENTRIES)
 FINISHED = ("completed", "failed", "cancelled", "continued")  # workflow statuses that end grants
@@ -930,6 +930,71 @@ def database_fault_never_ends(ev: Evidence) -> list[str]:
             and is_fault((wf["error"] or {}).get("type"))]  # fmt: skip
 
 
+def queue_concurrency_bounded(ev: Evidence) -> list[str]:
+    """At no instant do more claims of a limited queue's runs hold than its concurrency, from the
+    claims table: a claim holds from claimed_at until the next claim found its lease expired
+    (prev_lease_expires_at, at most that claim's time), or until the run's end for its last
+    claim. A claim that ended in a suspend or a release leaves no time of its end; it is taken
+    to hold until its last recorded step (a lower bound: such a check can miss, never invent,
+    a violation)."""
+    limits = {q["name"]: q["concurrency"] for q in ev.rows(
+        "select name, concurrency from ilr.queues where concurrency is not null")}  # fmt: skip
+    if not limits:
+        return []
+    wfs, claims = ev.workflows(), ev.claims()
+    last_step: dict[tuple[str, int], Any] = {}
+    for s in ev.steps():
+        key = (s["workflow_id"], s["epoch"])
+        last_step[key] = max(last_step.get(key, s["created_at"]), s["created_at"])
+    edges: dict[str, list[tuple[Any, int]]] = defaultdict(list)
+    for wf, held in claims.items():
+        queue = wfs[wf]["queue"]
+        if queue not in limits:
+            continue
+        for i, c in enumerate(held):
+            nxt = held[i + 1] if i + 1 < len(held) else None
+            if nxt is not None and nxt["prev_status"] == "running":
+                until = min(nxt["prev_lease_expires_at"], nxt["claimed_at"])
+            elif nxt is None and wfs[wf]["status"] in TERMINAL_STATUSES:
+                until = wfs[wf]["updated_at"]
+            elif nxt is None:
+                until = wfs[wf]["lease_expires_at"] or c["claimed_at"]
+            else:
+                until = last_step.get((wf, c["epoch"]), c["claimed_at"])
+            edges[queue] += [(c["claimed_at"], 1), (max(until, c["claimed_at"]), -1)]
+    out = []
+    for queue, found in edges.items():
+        held_now, worst, at = 0, 0, None
+        for t, step in sorted(found, key=lambda e: (e[0], e[1])):  # ends first at a tie
+            held_now += step
+            if held_now > worst:
+                worst, at = held_now, t
+        if worst > limits[queue]:
+            out.append(f"queue {queue}: {worst} claims held at {at}, limit {limits[queue]}")
+    return out
+
+
+def tick_starts_at_most_once(ev: Evidence) -> list[str]:
+    """Each tick of a schedule started at most one run: the scheduled runs counted by the
+    schedule, source and tick their own input names (the envelope the run received)."""
+    found = Counter(
+        (w["input"].get("schedule_id"), w["input"].get("source"), w["input"].get("scheduled_at"))
+        for w in ev.workflows().values()
+        if isinstance(w["input"], dict) and "scheduled_at" in w["input"]
+    )
+    return [f"schedule {s} ({source}) tick {t}: {n} runs" for (s, source, t), n in found.items()
+            if n > 1]  # fmt: skip
+
+
+def execution_timeout_not_early(ev: Evidence) -> list[str]:
+    """A run ends timed_out only at or after its execution deadline, both by the database's
+    clock (execution_deadline: now() + timeout at the start; updated_at: the end's now())."""
+    return [f"{w['id']} timed out at {w['updated_at']}, before its deadline "
+            f"{w['execution_deadline']}" for w in ev.workflows().values()
+            if w["status"] == "timed_out" and w["execution_deadline"] is not None
+            and w["updated_at"] < w["execution_deadline"]]  # fmt: skip
+
+
 def fork_never_resends(ev: Evidence) -> list[str]:
     out, wfs, effects = [], ev.workflows(), ev.effects()
     entries = posts = None  # read once, and only if a forked run has an effect
@@ -983,6 +1048,9 @@ INVARIANTS: dict[str, Check] = {
     "VersionPinned": version_pinned,
     "NonDeterminismLoud": non_determinism_loud,
     "DatabaseFaultNeverEnds": database_fault_never_ends,
+    "QueueConcurrencyBounded": queue_concurrency_bounded,
+    "TickStartsAtMostOnce": tick_starts_at_most_once,
+    "ExecutionTimeoutNotEarly": execution_timeout_not_early,
     "ForkNeverResends": fork_never_resends,
 }
 

@@ -343,6 +343,52 @@ def test_signal_timer_and_wakeup_violations_are_caught(conn) -> None:
     assert run(conn, "NoLostWakeup")
 
 
+def test_claims_beyond_a_queue_limit_are_caught(conn) -> None:
+    """Three runs of a queue of two: q0 claimed at 0 and ended at 3, q1 at 1, q2 at 2 (still
+    holding): three claims at once. Ended before q2's claim, q0 leaves two."""
+    conn.execute("insert into ilr.queues (name, concurrency) values ('mq', 2)")
+    for i in range(3):
+        seed(conn, f"q{i}")
+        conn.execute("update ilr.workflows set queue = 'mq', updated_at = %s where id = %s",
+                     (at(3), f"q{i}"))  # fmt: skip
+        claim(conn, f"q{i}", 1, i)
+    assert run(conn, "QueueConcurrencyBounded") == [f"queue mq: 3 claims held at {at(2)}, limit 2"]
+    conn.execute("update ilr.workflows set updated_at = %s where id = 'q0'", (at(1.5),))
+    assert not run(conn, "QueueConcurrencyBounded")
+    # q0's worker died and its lease ran to 1.5; q0 taken over at 2.5, after q2 (2-2.4) ended:
+    # 0-1.5 and 2.5-4 beside q1 (1-3) and q2, never three
+    conn.execute("update ilr.workflows set updated_at = %s where id = 'q0'", (at(4),))
+    conn.execute("update ilr.workflows set updated_at = %s where id = 'q2'", (at(2.4),))
+    claim(conn, "q0", 2, 2.5, prev="running", prev_lease=1.5)
+    assert not run(conn, "QueueConcurrencyBounded")
+    conn.execute("update ilr.claims set prev_lease_expires_at = %s where epoch = 2", (at(2.2),))
+    assert run(conn, "QueueConcurrencyBounded")  # the dead claim to 2.2 meets q1 and q2 at 2
+
+
+def test_a_tick_started_twice_is_caught(conn) -> None:
+    tick = {"schedule_id": "s", "source": "schedule", "scheduled_at": at(5).isoformat()}
+    seed(conn, "s@1")
+    conn.execute("update ilr.workflows set input = %s", (json.dumps(tick),))
+    assert not run(conn, "TickStartsAtMostOnce")
+    seed(conn, "s@1#again")
+    conn.execute("update ilr.workflows set input = %s where id = 's@1#again'", (json.dumps(tick),))
+    assert run(conn, "TickStartsAtMostOnce") == [
+        f"schedule s (schedule) tick {at(5).isoformat()}: 2 runs"
+    ]
+    conn.execute("update ilr.workflows set input = %s where id = 's@1#again'",
+                 (json.dumps({**tick, "source": "trigger"}),))  # fmt: skip
+    assert not run(conn, "TickStartsAtMostOnce")  # a trigger at the same time is another fire
+
+
+def test_a_timeout_before_its_deadline_is_caught(conn) -> None:
+    seed(conn, status="timed_out")
+    conn.execute("update ilr.workflows set execution_deadline = %s, updated_at = %s",
+                 (at(3), at(3)))  # fmt: skip
+    assert not run(conn, "ExecutionTimeoutNotEarly")
+    conn.execute("update ilr.workflows set updated_at = %s", (at(2.9),))
+    assert run(conn, "ExecutionTimeoutNotEarly")
+
+
 def test_a_run_ended_by_a_database_fault_is_caught(conn) -> None:
     seed(conn, status="failed")
     conn.execute('update ilr.workflows set error = \'{"type": "ValueError"}\'')

@@ -64,12 +64,20 @@ def fault_trace(ev: dict[str, Any]) -> dict[str, int]:
     }  # fmt: skip
 
 
+def _named(name: str, ev: dict[str, Any]) -> list[str]:
+    """A feature's invariant: a matrix check, or a catalog check that must find its evidence."""
+    if name in CHECKS:
+        return CHECKS[name](ev)
+    found = ev["catalog"][name]
+    return found if isinstance(found, list) else [f"{name}: {found}"]
+
+
 def judge(matrix: Matrix, cell: Cell, ev: dict[str, Any]) -> dict[str, Any]:
     """The verdict of one cell: each invariant's violations, recomputed from the evidence. A
     violation of an invariant the catalog predicts to break under the assumption the fault
     lifted is conceded (reported with the assumption), not a failure."""
     ev["expect"] = matrix.expect(cell.feature)
-    checks = {name: CHECKS[name](ev) for name in matrix.invariants(cell.feature)}
+    checks = {name: _named(name, ev) for name in matrix.invariants(cell.feature)}
     catalog = {name: found for name, found in ev["catalog"].items() if isinstance(found, list)}
     found = {k: v for k, v in {**checks, **catalog}.items() if v}
     breaks = predicted_breaks(matrix, cell)

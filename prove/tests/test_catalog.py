@@ -31,7 +31,8 @@ Termination EffectResolved PremiseTrueAtSend""".split()
 BROKEN = """NaiveRecovery NoFencing GrantCheckOutsideTxn CommitWithoutCheckpoint RecoverBeforeDeadline
 StopwatchAfterDispatch LateAckDropped WakeOnlyIfSleeping NoLocalLeaseCheck
 ThinDedupMargin EarlyTakeover FenceWithoutEpoch UnfencedCommit RevokeListByDeadline
-NoLocalRecheck SkewPastAllowance""".split()
+NoLocalRecheck SkewPastAllowance CountOutsideLock DeadlineByLocalClock FaultEndsRun NoLockNoKey
+PassWithoutLock""".split()
 
 
 def test_catalog_has_every_contract_name(cat):
