@@ -27,8 +27,33 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _mark_postgres(items)
     _exclusive_runs_alone(items)
     _seed_hypothesis(items)
+
+
+# The fixtures that make a database: a test that uses one (or is marked exclusive) needs Postgres.
+PG_FIXTURES = {
+    "admin_dsn",
+    "template_db",
+    "dsn",
+    "conn",
+    "workers",
+    "template",
+    "services",
+    "grants_dsn",
+    "in_process",
+}
+
+
+def _mark_postgres(items: list[pytest.Item]) -> None:
+    """Mark `pg` every test that needs Postgres: it uses a database fixture, is exclusive, or
+    its module says so (`pytestmark = pytest.mark.pg`). `make check` runs the rest, with a DSN
+    that reaches nothing, so a test that needs Postgres and is not marked fails there."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & PG_FIXTURES or item.get_closest_marker("exclusive"):
+            item.add_marker(pytest.mark.pg)
 
 
 def _exclusive_runs_alone(items: list[pytest.Item]) -> None:

@@ -303,6 +303,7 @@ class RefundWorld(RuleBasedStateMachine):
         TALLY["applied"] += len(TargetAdmin(self.target.url).ledger()["refunds"])
 
 
+@pytest.mark.pg
 @pytest.mark.stateful
 def test_refund_world_state_machine(tmp_path) -> None:
     admin = testing.admin_dsn()

@@ -128,6 +128,7 @@ def _catalog_counterexamples() -> set[str]:
             if r.purpose != "hold" for p in r.properties}  # fmt: skip
 
 
+@pytest.mark.pg
 def test_every_saved_trace_translates() -> None:
     """Every saved and simulated trace maps onto real actions (none is skipped); every broken
     config of the catalog has its counterexamples saved, and each category is represented."""

@@ -29,6 +29,7 @@ def test_url_of_keyword_dsn():
     assert url == "postgresql://postgres@127.0.0.1:55432/x"
 
 
+@pytest.mark.pg
 @pytest.mark.slow
 def test_smoke_measures_runtime_and_a_peer(tmp_path):
     results = REPO / "results"
@@ -237,6 +238,7 @@ def busy_backend(conn: psycopg.Connection, cpu_s: float = 0.3) -> None:
         conn.execute(BURST)
 
 
+@pytest.mark.pg
 @pytest.mark.slow
 def test_engine_cpu_reads_processes_children_and_backends():
     """Real processes and a real database: a root whose busy child exits inside the window, a

@@ -128,6 +128,7 @@ def test_a_resume_plays_the_harness_error_iterations_again(tmp_path: Path) -> No
     assert driver.read_checkpoint(tmp_path / driver.CHECKPOINT)[0][1]["record"] == again[1]
 
 
+@pytest.mark.pg
 def test_a_run_whose_every_iteration_was_late_is_a_harness_error(tmp_path, monkeypatch) -> None:
     from interlock_runtime.testing import admin_dsn
     from prove import runner
@@ -185,6 +186,7 @@ def _leftovers(admin: str, pid: int, new: set[str], workflows: list[str]) -> set
     return out
 
 
+@pytest.mark.pg
 @pytest.mark.slow
 def test_a_killed_full_sweep_resumes_inside_the_loop_run(tmp_path: Path) -> None:
     from interlock_runtime.testing import admin_dsn

@@ -221,6 +221,7 @@ def test_the_scenario_file_loads() -> None:
 # -- end to end -----------------------------------------------------------------------------
 
 
+@pytest.mark.pg
 @pytest.mark.slow
 def test_two_iterations_against_the_runtime(tmp_path: Path) -> None:
     from contextlib import ExitStack

@@ -227,6 +227,7 @@ def test_cli_unknown_scenario_id(tmp_path, capsys) -> None:
     assert done.exists()
 
 
+@pytest.mark.pg
 def test_cli_temporal_missing_leaves_runs_intact(tmp_path, capsys, monkeypatch) -> None:
     from prove.__main__ import main
 
@@ -240,6 +241,7 @@ def test_cli_temporal_missing_leaves_runs_intact(tmp_path, capsys, monkeypatch) 
     assert done.read_text() == '{"finished": true}'
 
 
+@pytest.mark.pg
 def test_cli_temporal_port_taken_leaves_runs_intact(tmp_path, capsys) -> None:
     from prove.__main__ import main
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from prove import soak
 
 
+@pytest.mark.pg
 def test_a_short_soak_survives_kills_and_keeps_every_invariant(tmp_path) -> None:
     report = soak.run_soak({
         "workflows": 12, "workers": 2, "minutes": 4.0, "seed": 20261130, "drain_s": 90.0,

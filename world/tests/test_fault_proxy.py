@@ -386,6 +386,7 @@ def _pg_target():
     return psycopg, d, d.get("host") or "127.0.0.1", int(d.get("port") or 5432)
 
 
+@pytest.mark.pg
 def test_postgres_through_the_proxy():
     psycopg, d, host, port = _pg_target()
     with FaultProxy((host, port)) as p:
