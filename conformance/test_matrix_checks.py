@@ -104,10 +104,13 @@ def test_a_refund_applied_twice() -> None:
 def test_a_tick_started_twice_and_a_start_after_the_pause() -> None:
     runs = [wf("s1", input={"scheduled_at": "t1"}, created_at=at(1)),
             wf("s2", input={"scheduled_at": "t1"}, created_at=at(2))]  # fmt: skip
-    ev = evidence(*runs, fires=[], facts={"paused_at": at(1.5).isoformat()})
+    ev = evidence(*runs, fires=[], fires_after_pause=[], facts={"paused_at": at(1.5).isoformat()})
     assert checks.tick_starts_at_most_once(ev) == ["tick t1 started 2 runs"]
     assert len(checks.paused_starts_nothing(ev)) == 1
     assert checks.tick_starts_at_most_once(evidence(fires=[])) == ["the schedule started nothing"]
+    late = evidence(runs[0], fires_after_pause=[{"tick": "t1", "workflow_id": "s1"}],
+                    facts={"paused_at": at(1.5).isoformat()})  # fmt: skip
+    assert checks.paused_starts_nothing(late) == ["fire t1 (s1) committed after the pause"]
 
 
 def test_a_timeout_long_after_its_deadline() -> None:
@@ -126,3 +129,46 @@ def test_the_declaration_names_only_what_the_code_has(tmp_path) -> None:
     bad.write_text(text.replace("[timer_not_early]", "[timer_not_early, no_such_check]"))
     with pytest.raises(ValueError, match="no_such_check"):
         load(bad)
+
+
+def _claim(wf_id: str, t: float, epoch: int = 1) -> dict:
+    return {
+        "workflow_id": wf_id,
+        "epoch": epoch,
+        "claimed_at": at(t),
+        "prev_lease_expires_at": None,
+    }
+
+
+def test_starts_past_the_rate_and_two_of_a_key_at_once() -> None:
+    rated = [wf(f"rate-{i}", updated_at=at(i + 0.3)) for i in range(3)]
+    keyed = [wf("key-0", updated_at=at(1)), wf("key-2", updated_at=at(3))]
+    claims = [_claim("rate-0", 0), _claim("rate-1", 0.5), _claim("rate-2", 1.2),
+              _claim("key-0", 0), _claim("key-2", 1.5)]  # fmt: skip
+    ev = evidence(*rated, *keyed, claims=claims,
+                  facts={"rate": 2, "period": 1.0, "dedup_refused": True})  # fmt: skip
+    assert not checks.rate_and_keys_bounded(ev)
+    claims[2]["claimed_at"] = at(0.8)  # three starts within a second
+    claims[4]["claimed_at"] = at(0.5)  # key a: key-2 held while key-0 still is
+    ev["facts"]["dedup_refused"] = False
+    found = checks.rate_and_keys_bounded(ev)
+    assert len(found) == 3, found
+
+
+def test_overlapping_scheduled_runs() -> None:
+    runs = [wf("s1", created_at=at(0), updated_at=at(2.5)), wf("s2", created_at=at(3),
+            updated_at=at(5.5))]  # fmt: skip
+    ev = evidence(*runs, fires=[{"outcome": "skipped"}])
+    assert not checks.runs_never_overlap(ev)
+    runs[1]["created_at"] = at(2)
+    assert checks.runs_never_overlap(ev)
+    assert checks.runs_never_overlap(evidence(*runs[:1], fires=[]))  # one run, nothing skipped
+
+
+def test_a_query_answer_never_published() -> None:
+    steps = [{"workflow_id": "q", "name": "$status", "output": {"phase": 0}},
+             {"workflow_id": "q", "name": "$status", "output": {"phase": "done"}}]  # fmt: skip
+    ev = evidence(wf("q"), steps=steps, facts={"answers": [("q", {"phase": 0}), ("q", None)]})
+    assert not checks.queries_follow_history(ev)
+    ev["facts"]["answers"].append(("q", {"phase": 7}))
+    assert checks.queries_follow_history(ev) == ["q: answered {'phase': 7}, never published"]

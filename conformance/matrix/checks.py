@@ -156,10 +156,14 @@ def tick_starts_at_most_once(ev: Evidence) -> list[str]:
 
 
 def paused_starts_nothing(ev: Evidence) -> list[str]:
-    """No run of the schedule was created after its pause committed (the database's clock)."""
+    """No run of the schedule was started by a transaction that committed after its pause: no
+    started fire invisible in a snapshot taken after the pause, and no run created later than
+    the pause by the database's clock."""
     paused = datetime.fromisoformat(ev["facts"]["paused_at"])
-    return [f"{w['id']} created at {w['created_at']}, after the pause at {paused}"
-            for w in _runs(ev) if w["created_at"] > paused]  # fmt: skip
+    out = [f"fire {f['tick']} ({f['workflow_id']}) committed after the pause"
+           for f in ev["fires_after_pause"]]  # fmt: skip
+    return out + [f"{w['id']} created at {w['created_at']}, after the pause at {paused}"
+                  for w in _runs(ev) if w["created_at"] > paused]  # fmt: skip
 
 
 def timeout_fires_in_bound(ev: Evidence) -> list[str]:
@@ -236,6 +240,87 @@ def attempt_not_abandoned_early(ev: Evidence) -> list[str]:
     return out
 
 
+def rate_and_keys_bounded(ev: Evidence) -> list[str]:
+    """From the claims table: no more than `rate` first claims of the rated queue in any
+    window of `period` (a run's first claim is its start, what the rate spends), and never two
+    runs of one key of the keyed queue held at once; the dedup start was refused."""
+    out = []
+    first: dict[str, datetime] = {}
+    for c in sorted(ev["claims"], key=lambda c: c["epoch"]):
+        first.setdefault(c["workflow_id"], c["claimed_at"])
+    starts = sorted(t for wf, t in first.items() if wf.startswith("rate-"))
+    period, rate = timedelta(seconds=ev["facts"]["period"]), ev["facts"]["rate"]
+    slack = timedelta(seconds=0.05)  # the claim's transaction start against its statement time
+    for i in range(len(starts) - rate):
+        if starts[i + rate] - starts[i] < period - slack:
+            out.append(
+                f"{rate + 1} starts within {starts[i + rate] - starts[i]} of the rated queue"
+            )
+    keyed = {w["id"]: w for w in ev["workflows"] if w["id"].startswith("key-")}
+    for key in ("a", "b"):
+        mine = {wf: w for wf, w in keyed.items() if int(wf.split("-")[1]) % 2 == "ab".index(key)}
+        sub = {
+            **ev,
+            "runs": list(mine),
+            "claims": [c for c in ev["claims"] if c["workflow_id"] in mine],
+        }
+        out += [f"key {key}: {v}" for v in _held_at_once(sub, 1)]
+    if not ev["facts"]["dedup_refused"]:
+        out.append("a start repeating a live run's dedup id was accepted")
+    return out
+
+
+def _held_at_once(ev: Evidence, limit: int) -> list[str]:
+    """Claims held at once over the limit (the catalog's QueueConcurrencyBounded, for a subset
+    of runs: a claim holds until the next found its lease expired, or until the run's end)."""
+    end = {w["id"]: w["updated_at"] for w in _runs(ev)}
+    by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in ev["claims"]:
+        by_run[c["workflow_id"]].append(c)
+    edges: list[tuple[datetime, int]] = []
+    for wf, claims in by_run.items():
+        claims.sort(key=lambda c: c["epoch"])
+        for i, c in enumerate(claims):
+            nxt = claims[i + 1] if i + 1 < len(claims) else None
+            until = min(nxt["prev_lease_expires_at"] or nxt["claimed_at"], nxt["claimed_at"]) \
+                if nxt else end[wf]  # fmt: skip
+            edges += [(c["claimed_at"], 1), (max(until, c["claimed_at"]), -1)]
+    held, worst = 0, 0
+    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):
+        held += step
+        worst = max(worst, held)
+    return [f"{worst} held at once, limit {limit}"] if worst > limit else []
+
+
+def runs_never_overlap(ev: Evidence) -> list[str]:
+    """Overlap skip: a scheduled run starts only once the previous one has ended, by the
+    database's clock (each run's creation against the previous run's end)."""
+    runs = sorted(_runs(ev), key=lambda w: w["created_at"])
+    out = [f"{b['id']} created at {b['created_at']}, before {a['id']} ended at {a['updated_at']}"
+           for a, b in zip(runs, runs[1:], strict=False) if b["created_at"] < a["updated_at"]]  # fmt: skip
+    if len(runs) < 2:
+        out.append(f"only {len(runs)} run(s): the schedule did not tick through the cell")
+    skipped = [f for f in ev["fires"] if f["outcome"] == "skipped"]
+    if not skipped:
+        out.append("no tick was skipped although every run outlived the interval")
+    return out
+
+
+def queries_follow_history(ev: Evidence) -> list[str]:
+    """Every query answer read during the runs is a status the run published (one of its
+    recorded $status steps), and a completed run's last status is "done"."""
+    published: dict[str, list[Any]] = defaultdict(list)
+    for s in ev["steps"]:
+        if s["name"] == "$status":
+            published[s["workflow_id"]].append(s["output"])
+    out = [f"{wf}: answered {answer}, never published" for wf, answer in ev["facts"]["answers"]
+           if answer is not None and answer not in published[wf]]  # fmt: skip
+    for w in _runs(ev):
+        if w["status"] == "completed" and (published[w["id"]] or [None])[-1] != {"phase": "done"}:
+            out.append(f"{w['id']}: last status {published[w['id']][-1:]}")
+    return out
+
+
 # A check that judges what an invariant of the catalog judges: it follows that invariant's
 # prediction when a fault lifts an assumption (run.judge).
 TWINS = {"effect_at_most_once": "EffectAtMostOnceTier12"}
@@ -245,4 +330,5 @@ CHECKS = {f.__name__: f for f in (
     recorded_steps_never_rerun, results_as_recorded, timer_not_early, signals_exactly_once,
     effect_at_most_once, tick_starts_at_most_once,
     paused_starts_nothing, timeout_fires_in_bound, children_exactly_once, chain_complete,
-    attempt_not_abandoned_early)}  # fmt: skip
+    attempt_not_abandoned_early, rate_and_keys_bounded, runs_never_overlap,
+    queries_follow_history)}  # fmt: skip

@@ -35,6 +35,22 @@ def _service_ms(s: Session) -> int:
     return 3000 if s.cell.fault == "slow_target" else 1500
 
 
+def _after_pause(s: Session) -> None:
+    """What the pause's commit is judged against: the database's time, and a snapshot taken
+    after it, in which every transaction committed before the pause is visible."""
+    row = _rows(s, "select now() as now, pg_current_snapshot()::text as snap")[0]
+    s.facts["paused_at"], s.facts["snapshot_after_pause"] = row["now"].isoformat(), row["snap"]
+
+
+def _fires_after_pause(s: Session) -> list[dict[str, Any]]:
+    """The started fires whose transaction committed after the pause: invisible in the snapshot
+    taken after it (a fire row is inserted once and not updated, so its xmin is its insert's;
+    xmin read as xid8 holds while the cluster's xid epoch is 0)."""
+    return _rows(s, "select tick, workflow_id from ilr.schedule_fires where schedule_id = %s "
+                    "and outcome = 'started' and not pg_visible_in_snapshot(xmin::text::xid8, "
+                    "%s::pg_snapshot)", (s.facts["schedule"], s.facts["snapshot_after_pause"]))  # fmt: skip
+
+
 class Feature:
     def start(self, s: Session, rt: Runtime) -> None:
         raise NotImplementedError
@@ -168,8 +184,7 @@ class Schedules(Feature):
     def after_fault(self, s: Session, rt: Runtime) -> None:
         time.sleep(3)  # ticks after the fault too
         _retrying(lambda: rt.pause_schedule("ms", by="matrix"))
-        paused = _rows(s, "select now() as now")[0]["now"]
-        s.facts["paused_at"] = paused.isoformat()
+        _after_pause(s)
         time.sleep(2.5)  # two more intervals: a paused schedule must start nothing
         s.runs.extend(
             r["id"]
@@ -181,6 +196,7 @@ class Schedules(Feature):
     def collect(self, s: Session, out: dict[str, Any]) -> None:
         super().collect(s, out)
         out["fires"] = _rows(s, "select * from ilr.schedule_fires order by tick")
+        out["fires_after_pause"] = _fires_after_pause(s)
 
 
 class Timeouts(Feature):
@@ -301,6 +317,92 @@ class Approvals(Effects):
         _retrying(lambda: record_revoke(rt, grant, "alice", s.facts["revokes"]))
 
 
+class QueueRates(Feature):
+    """Six runs on a queue limited to 2 first starts a second, and six more on a queue of
+    per-key concurrency 1 over two keys; a start that repeats a live run's dedup id is refused."""
+
+    RATE, PERIOD = 2, 1.0
+
+    def start(self, s: Session, rt: Runtime) -> None:
+        rt.queue("rated", rate=(self.RATE, self.PERIOD))
+        rt.queue("keyed", per_key_concurrency=1)
+        for i in range(6):
+            s.runs.append(rt.start(s.flows.m_queued, f"rate-{i}", {"log": s.side_log, "hold": 0.3},
+                                   queue="rated"))  # fmt: skip
+            s.runs.append(rt.start(s.flows.m_queued, f"key-{i}", {"log": s.side_log, "hold": 0.6},
+                                   queue="keyed", queue_key="ab"[i % 2],
+                                   dedup_id=f"d-{i}"))  # fmt: skip
+        from interlock_runtime import WorkflowConflict
+
+        try:  # a second live run with d-0 on the same queue: refused, nothing written
+            rt.start(s.flows.m_queued, "key-dup", {"log": s.side_log, "hold": 0.1},
+                     queue="keyed", queue_key="a", dedup_id="d-0")  # fmt: skip
+            s.facts["dedup_refused"] = False
+        except WorkflowConflict:
+            s.facts["dedup_refused"] = True
+        s.facts.update(rate=self.RATE, period=self.PERIOD)
+
+    def ready(self, s: Session) -> bool:
+        return _started(s, "work", 4)
+
+
+class OverlapSkip(Feature):
+    """A schedule every second whose runs take 2.5 s, overlap "skip": a tick that falls while
+    the previous run lives starts nothing."""
+
+    def start(self, s: Session, rt: Runtime) -> None:
+        rt.create_schedule("skip", s.flows.m_scheduled, every=1, overlap="skip", catchup_window=30,
+                           input={"log": s.side_log, "hold": 2.5})  # fmt: skip
+        s.facts["schedule"] = "skip"
+
+    def ready(self, s: Session) -> bool:
+        return _started(s, "tick", 1)
+
+    def after_fault(self, s: Session, rt: Runtime) -> None:
+        """Ticks after the fault too: until a second run has started (a fault may keep the
+        first alive for a while; every tick meanwhile is skipped), then the pause."""
+        from interlock_runtime.testing import wait_for
+
+        wait_for(lambda: _rows(s, "select count(*) n from ilr.workflows where "
+                                  "input->>'schedule_id' = 'skip'")[0]["n"] >= 2,
+                 60, "the schedule's second run")  # fmt: skip
+        _retrying(lambda: rt.pause_schedule("skip", by="matrix"))
+        _after_pause(s)
+        time.sleep(2.5)  # two more intervals: a paused schedule must start nothing
+        s.runs.extend(
+            r["id"]
+            for r in _rows(
+                s, "select id from ilr.workflows where input->>'schedule_id' = 'skip' order by id"
+            )
+        )
+
+    def collect(self, s: Session, out: dict[str, Any]) -> None:
+        super().collect(s, out)
+        out["fires"] = _rows(s, "select * from ilr.schedule_fires order by tick")
+        out["fires_after_pause"] = _fires_after_pause(s)
+
+
+class Queries(Feature):
+    def start(self, s: Session, rt: Runtime) -> None:
+        for i in range(3):
+            s.runs.append(
+                rt.start(s.flows.m_published, f"qy-{i}", {"log": s.side_log, "hold": 0.6})
+            )
+
+    def ready(self, s: Session) -> bool:
+        return _started(s, "s1", 2)
+
+    def after_fault(self, s: Session, rt: Runtime) -> None:
+        """Queries read during the runs, after the fault, from the sync client: each answer
+        must be a status the committed history had published by then."""
+        answers = []
+        for _ in range(5):
+            for wf in s.runs:
+                answers.append((wf, _retrying(lambda wf=wf: rt.query(wf))))
+            time.sleep(0.2)
+        s.facts["answers"] = answers
+
+
 FEATURES: dict[str, Feature] = {
     "steps": Steps(),
     "timers": Timers(),
@@ -313,4 +415,7 @@ FEATURES: dict[str, Feature] = {
     "continue_as_new": Chains(),
     "step_timeouts": StepTimeouts(),
     "approvals": Approvals(),
+    "queue_rates": QueueRates(),
+    "overlap_skip": OverlapSkip(),
+    "queries": Queries(),
 }

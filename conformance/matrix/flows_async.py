@@ -50,7 +50,15 @@ async def m_deadline(ctx, inp):
 
 @workflow(name="m_scheduled", version="1")
 async def m_scheduled(ctx, inp):
-    await ctx.step("tick", hold, inp["input"]["log"], ctx.workflow_id, "tick", 0, retry=RETRY)
+    await ctx.step(
+        "tick",
+        hold,
+        inp["input"]["log"],
+        ctx.workflow_id,
+        "tick",
+        inp["input"].get("hold", 0),
+        retry=RETRY,
+    )
     return inp["scheduled_at"]
 
 
@@ -84,3 +92,14 @@ async def m_chain(ctx, inp):
 async def m_step_timeout(ctx, inp):
     return await ctx.step("slow", hang_first, inp["log"], ctx.workflow_id, "slow", inp["hang"],
                           retry=STEP_LIMIT)  # fmt: skip
+
+
+@workflow(name="m_published", version="1")
+async def m_published(ctx, inp):
+    out = []
+    for i in range(3):
+        ctx.set_status({"phase": i})
+        out.append(await ctx.step(f"s{i}", hold, inp["log"], ctx.workflow_id, f"s{i}",
+                                  inp["hold"], retry=RETRY))  # fmt: skip
+    ctx.set_status({"phase": "done"})
+    return out

@@ -51,7 +51,15 @@ def m_deadline(ctx, inp):
 
 @workflow(name="m_scheduled", version="1")
 def m_scheduled(ctx, inp):
-    ctx.step("tick", hold, inp["input"]["log"], ctx.workflow_id, "tick", 0, retry=RETRY)
+    ctx.step(
+        "tick",
+        hold,
+        inp["input"]["log"],
+        ctx.workflow_id,
+        "tick",
+        inp["input"].get("hold", 0),
+        retry=RETRY,
+    )
     return inp["scheduled_at"]
 
 
@@ -89,3 +97,15 @@ def m_step_timeout(ctx, inp):
     """A step whose first attempt hangs past its start_to_close: abandoned, then retried."""
     return ctx.step("slow", hang_first, inp["log"], ctx.workflow_id, "slow", inp["hang"],
                     retry=STEP_LIMIT)  # fmt: skip
+
+
+@workflow(name="m_published", version="1")
+def m_published(ctx, inp):
+    """Publishes its progress for queries (ctx.set_status) around each of three steps."""
+    out = []
+    for i in range(3):
+        ctx.set_status({"phase": i})
+        out.append(ctx.step(f"s{i}", hold, inp["log"], ctx.workflow_id, f"s{i}", inp["hold"],
+                            retry=RETRY))  # fmt: skip
+    ctx.set_status({"phase": "done"})
+    return out
