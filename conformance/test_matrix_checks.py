@@ -9,6 +9,7 @@ import pytest
 
 from conformance.matrix import checks
 from conformance.matrix.plan import load
+from interlock_runtime.receipt_verify import ESTABLISHED
 
 T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 
@@ -172,3 +173,49 @@ def test_a_query_answer_never_published() -> None:
     assert not checks.queries_follow_history(ev)
     ev["facts"]["answers"].append(("q", {"phase": 7}))
     assert checks.queries_follow_history(ev) == ["q: answered {'phase': 7}, never published"]
+
+
+def test_a_receipt_that_disagrees_with_the_ledger_or_is_unsigned() -> None:
+    good = {"valid": True, "signed": True, "integrity": ESTABLISHED, "happened": True,
+            "happened_once": True, "problems": []}  # fmt: skip
+    ev = evidence(ledger=[{"key": "eff_1"}], receipts={"eff_1": dict(good)})
+    assert not checks.receipts_verify(ev)
+    ev["receipts"]["eff_1"]["happened_once"] = False
+    assert checks.receipts_verify(ev) == ["eff_1: applied once at the target, receipt says False"]
+    ev["receipts"] = {"eff_1": dict(good, signed=False, integrity="failed")}
+    assert len(checks.receipts_verify(ev)) == 1
+    ev["receipts"] = {"eff_2": dict(good)}  # the ledger never applied eff_2
+    assert checks.receipts_verify(ev) == [
+        "eff_2: never applied at the target, receipt says it happened"
+    ]
+
+
+def test_a_tick_made_up_after_a_resume_or_nothing_buffered() -> None:
+    runs = [wf("b1", created_at=at(0), updated_at=at(2)), wf("b2", created_at=at(2.1),
+            updated_at=at(4))]  # fmt: skip
+    buffered = {"outcome": "started", "tick": at(1), "decided_at": at(1), "started_at": at(2.1),
+                "workflow_id": "b2"}  # fmt: skip
+    facts = {"paused_window": [at(5).isoformat(), at(8).isoformat()]}
+    ev = evidence(*runs, fires=[buffered], facts=facts)
+    assert not checks.buffered_one_and_not_made_up(ev)
+    made_up = {"outcome": "started", "tick": at(6), "decided_at": at(8.1), "started_at": at(8.1),
+               "workflow_id": "b3"}  # fmt: skip
+    ev["fires"].append(made_up)
+    assert len(checks.buffered_one_and_not_made_up(ev)) == 1
+    ev["fires"] = [dict(buffered, started_at=at(1))]  # started at once: nothing was buffered
+    assert checks.buffered_one_and_not_made_up(ev) == [
+        "no tick was buffered although every run outlived the interval"
+    ]
+
+
+def test_a_worker_holding_two_or_an_urgent_run_last() -> None:
+    runs = [wf("pri0-1", updated_at=at(1)), wf("pri5-0", updated_at=at(2)),
+            wf("pri0-3", updated_at=at(3))]  # fmt: skip
+    claims = [dict(_claim("pri0-1", 0), owner="w1"), dict(_claim("pri5-0", 1.5), owner="w1"),
+              dict(_claim("pri0-3", 0.2), owner="w2")]  # fmt: skip
+    ev = evidence(*runs, claims=claims)
+    assert not checks.worker_limit_and_priority(ev)
+    claims[1]["claimed_at"] = at(0.5)  # w1 takes pri5-0 while it still holds pri0-1
+    assert checks.worker_limit_and_priority(ev) == ["w1: 2 held at once, limit 1"]
+    claims[1]["claimed_at"], claims[2]["claimed_at"] = at(1.5), at(1.6)  # urgent one last
+    assert len(checks.worker_limit_and_priority(ev)) == 1

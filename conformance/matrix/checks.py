@@ -8,6 +8,8 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
+from interlock_runtime.receipt_verify import ESTABLISHED
+
 Evidence = dict[str, Any]
 
 # The statuses only a feature that expects them may end in: a fault never ends a run so.
@@ -270,6 +272,26 @@ def rate_and_keys_bounded(ev: Evidence) -> list[str]:
     return out
 
 
+def receipts_verify(ev: Evidence) -> list[str]:
+    """Every effect's receipt, signed with Ed25519 and verified with only the public key, is
+    sound and signed, and says the effect happened once exactly when the target's own ledger
+    applied its key once (and not at all when the ledger never applied it)."""
+    applied = Counter(r["key"] for r in ev["ledger"])
+    out = []
+    for eid, v in ev["receipts"].items():
+        if not (v["valid"] and v["signed"] and v["integrity"] == ESTABLISHED):
+            out.append(f"{eid}: valid {v['valid']}, signed {v['signed']}, integrity "
+                       f"{v['integrity']}: {v['problems'][:2]}")  # fmt: skip
+        n = applied.get(eid, 0)
+        if n == 1 and v["happened_once"] is not True:
+            out.append(f"{eid}: applied once at the target, receipt says {v['happened_once']}")
+        if n == 0 and v["happened"] is True:
+            out.append(f"{eid}: never applied at the target, receipt says it happened")
+    if not ev["receipts"]:
+        out.append("no effect, no receipt: the feature sent nothing")
+    return out
+
+
 def _held_at_once(ev: Evidence, limit: int) -> list[str]:
     """Claims held at once over the limit (the catalog's QueueConcurrencyBounded, for a subset
     of runs: a claim holds until the next found its lease expired, or until the run's end)."""
@@ -306,6 +328,45 @@ def runs_never_overlap(ev: Evidence) -> list[str]:
     return out
 
 
+def buffered_one_and_not_made_up(ev: Evidence) -> list[str]:
+    """buffer_one: runs never overlap (a buffered tick starts once the previous run ended), at
+    least one tick was buffered; and no tick that fell while the schedule was paused started a
+    run (a resume does not make ticks up)."""
+    out = runs_never_overlap({**ev, "fires": [{"outcome": "skipped"}]})  # skips not required
+    # a buffered tick is decided in one pass and started by a later one: its start comes
+    # after its decision (a tick started at once is both in one transaction: the same now())
+    if not any(f["outcome"] == "buffered" or (f["outcome"] == "started" and f["started_at"]
+               and f["started_at"] > f["decided_at"]) for f in ev["fires"]):  # fmt: skip
+        out.append("no tick was buffered although every run outlived the interval")
+    low, high = (datetime.fromisoformat(t) for t in ev["facts"]["paused_window"])
+    out += [f"tick {f['tick']} fell while paused ({low} to {high}) and started {f['workflow_id']}"
+            for f in ev["fires"] if f["outcome"] == "started" and low < f["tick"] < high]  # fmt: skip
+    return out
+
+
+def worker_limit_and_priority(ev: Evidence) -> list[str]:
+    """From the claims table: no worker held two of the queue's runs at once (a claim holds
+    until the next found its lease expired, or the run's end); and every urgent run (priority
+    0) was first claimed no later than the last non-urgent one was."""
+    out = []
+    owners = {c["owner"] for c in ev["claims"]}
+    for owner in sorted(owners):
+        mine = [c for c in ev["claims"] if c["owner"] == owner]
+        ids = {c["workflow_id"] for c in mine}
+        sub = {**ev, "runs": sorted(ids), "claims": mine}
+        out += [f"{owner}: {v}" for v in _held_at_once(sub, 1)]
+    first: dict[str, datetime] = {}
+    for c in sorted(ev["claims"], key=lambda c: c["epoch"]):
+        first.setdefault(c["workflow_id"], c["claimed_at"])
+    urgent = [t for wf, t in first.items() if wf.startswith("pri0-")]
+    later = [t for wf, t in first.items() if wf.startswith("pri5-")]
+    if urgent and later and max(urgent) > max(later):
+        out.append(
+            f"an urgent run first claimed at {max(urgent)}, after every other ({max(later)})"
+        )
+    return out
+
+
 def queries_follow_history(ev: Evidence) -> list[str]:
     """Every query answer read during the runs is a status the run published (one of its
     recorded $status steps), and a completed run's last status is "done"."""
@@ -331,4 +392,5 @@ CHECKS = {f.__name__: f for f in (
     effect_at_most_once, tick_starts_at_most_once,
     paused_starts_nothing, timeout_fires_in_bound, children_exactly_once, chain_complete,
     attempt_not_abandoned_early, rate_and_keys_bounded, runs_never_overlap,
-    queries_follow_history)}  # fmt: skip
+    queries_follow_history, receipts_verify, buffered_one_and_not_made_up,
+    worker_limit_and_priority)}  # fmt: skip

@@ -156,6 +156,22 @@ class Effects(Feature):
         admin = TargetAdmin(s.targets[0].url)
         out["ledger"] = admin.ledger()["refunds"]
         out["access_log"] = admin.log()
+        out["receipts"] = _receipts(s)
+
+
+def _receipts(s: Session) -> dict[str, dict[str, Any]]:
+    """Each effect's receipt, exported, signed with an Ed25519 key made here and verified with
+    only its public half: what a stranger holding the receipt would conclude."""
+    from interlock_runtime import receipt_bundle, receipt_keys, receipt_verify
+
+    private = receipt_keys.generate()
+    public = receipt_keys.public_of(private)
+    out = {}
+    with Runtime(s.dsn, create_schema=False) as rt:
+        for row in _rows(s, "select effect_id from ilr.effects order by effect_id"):
+            signed = receipt_bundle.sign(rt.receipt(row["effect_id"]), private)
+            out[row["effect_id"]] = receipt_verify.verify(signed, public)
+    return out
 
 
 class Queues(Feature):
@@ -382,6 +398,67 @@ class OverlapSkip(Feature):
         out["fires_after_pause"] = _fires_after_pause(s)
 
 
+class BufferResume(Feature):
+    """A schedule every second, overlap buffer_one, whose runs take 2 s: a tick that falls while
+    a run lives is buffered (one at most) and starts once that run ends. After the fault it is
+    paused for 3 s and resumed: ticks that fell while paused are not made up."""
+
+    def start(self, s: Session, rt: Runtime) -> None:
+        rt.create_schedule("buf", s.flows.m_scheduled, every=1, overlap="buffer_one",
+                           catchup_window=30, input={"log": s.side_log, "hold": 2.0})  # fmt: skip
+        s.facts["schedule"] = "buf"
+
+    def ready(self, s: Session) -> bool:
+        return _started(s, "tick", 1)
+
+    def after_fault(self, s: Session, rt: Runtime) -> None:
+        from interlock_runtime.testing import wait_for
+
+        def count() -> int:
+            return int(_rows(s, "select count(*) n from ilr.workflows where "
+                                "input->>'schedule_id' = 'buf'")[0]["n"])  # fmt: skip
+
+        wait_for(lambda: count() >= 2, 60, "the schedule's second run")
+        _retrying(lambda: rt.pause_schedule("buf", by="matrix"))
+        paused = _rows(s, "select now() as now")[0]["now"]
+        time.sleep(3)
+        _retrying(lambda: rt.resume_schedule("buf"))
+        resumed = _rows(s, "select now() as now")[0]["now"]
+        s.facts["paused_window"] = [paused.isoformat(), resumed.isoformat()]
+        started = count()
+        wait_for(lambda: count() > started, 60, "a run after the resume")
+        _retrying(lambda: rt.pause_schedule("buf", by="matrix"))
+        _after_pause(s)
+        time.sleep(2.5)
+        s.runs.extend(
+            r["id"]
+            for r in _rows(
+                s, "select id from ilr.workflows where input->>'schedule_id' = 'buf' order by id"
+            )
+        )
+
+    def collect(self, s: Session, out: dict[str, Any]) -> None:
+        super().collect(s, out)
+        out["fires"] = _rows(s, "select * from ilr.schedule_fires order by tick")
+        out["fires_after_pause"] = _fires_after_pause(s)
+
+
+class WorkerLimits(Feature):
+    """Eight runs on a queue of per-worker concurrency 1, half at priority 0 and half at 5,
+    started before any worker: each worker holds one at most, and the urgent ones start first."""
+
+    def start(self, s: Session, rt: Runtime) -> None:
+        rt.queue("solo", worker_concurrency=1)
+        for i in range(8):
+            priority = 0 if i % 2 else 5
+            s.runs.append(rt.start(s.flows.m_queued, f"pri{priority}-{i}",
+                                   {"log": s.side_log, "hold": 0.5}, queue="solo",
+                                   priority=priority))  # fmt: skip
+
+    def ready(self, s: Session) -> bool:
+        return _started(s, "work", 2)
+
+
 class Queries(Feature):
     def start(self, s: Session, rt: Runtime) -> None:
         for i in range(3):
@@ -418,4 +495,6 @@ FEATURES: dict[str, Feature] = {
     "queue_rates": QueueRates(),
     "overlap_skip": OverlapSkip(),
     "queries": Queries(),
+    "buffer_resume": BufferResume(),
+    "worker_limits": WorkerLimits(),
 }
