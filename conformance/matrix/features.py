@@ -74,6 +74,37 @@ class Feature:
         out["db_now"] = _rows(s, "select now() as now")[0]["now"]
 
 
+class ScheduleFeature(Feature):
+    """A feature whose runs a schedule starts: they are known only after the fault, and the
+    schedule is paused last, its pause judged by what commits after it."""
+
+    SID = ""
+
+    def count(self, s: Session) -> int:
+        return int(_rows(s, "select count(*) n from ilr.workflows where input->>'schedule_id' "
+                            "= %s", (self.SID,))[0]["n"])  # fmt: skip
+
+    def wait_runs(self, s: Session, n: int) -> None:
+        from interlock_runtime.testing import wait_for
+
+        wait_for(lambda: self.count(s) >= n, 60, f"the schedule's run {n}")
+
+    def pause_last(self, s: Session, rt: Runtime) -> None:
+        """Pause, then two more intervals (a paused schedule must start nothing); the runs to
+        judge are every run the schedule started."""
+        _retrying(lambda: rt.pause_schedule(self.SID, by="matrix"))
+        _after_pause(s)
+        time.sleep(2.5)
+        s.runs.extend(r["id"] for r in _rows(s, "select id from ilr.workflows where "
+                                                "input->>'schedule_id' = %s order by id",
+                                                (self.SID,)))  # fmt: skip
+
+    def collect(self, s: Session, out: dict[str, Any]) -> None:
+        super().collect(s, out)
+        out["fires"] = _rows(s, "select * from ilr.schedule_fires order by tick")
+        out["fires_after_pause"] = _fires_after_pause(s)
+
+
 class Steps(Feature):
     def start(self, s: Session, rt: Runtime) -> None:
         for i in range(3):
@@ -123,7 +154,9 @@ class Signals(Feature):
 
 
 class Effects(Feature):
-    def start(self, s: Session, rt: Runtime) -> None:
+    def cases(self, s: Session, prefix: str) -> list[dict[str, Any]]:
+        """A tier-2 target holding each refund for _service_ms, a paid payment per case, and
+        each case's refund (the target named as the workers reach it)."""
         from world.target import Target
         from world.target_client import TargetAdmin
 
@@ -133,13 +166,18 @@ class Effects(Feature):
         admin = TargetAdmin(target.url)
         url = s.facts["target_url"] = s.reachable(target.url, target.port)
         admin.set_delay(_service_ms(s))
-        grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
+        out = []
         for i in range(3):
             admin.create_payment(f"{PAYMENT}_{i}", 10000)
-            case = {"id": f"fx-{i}", "target_url": url, "payment": f"{PAYMENT}_{i}",
-                    "tier": 2, "payload": {"amount": 100, "payment": f"{PAYMENT}_{i}"},
-                    "grant": grant, "send_timeout": 2.5, "settle_margin": 1.0}  # fmt: skip
-            s.runs.append(rt.start(s.refund_flows.policy_refund, f"fx-{i}", case))
+            out.append({"id": f"{prefix}-{i}", "target_url": url, "payment": f"{PAYMENT}_{i}",
+                        "tier": 2, "send_timeout": 2.5, "settle_margin": 1.0})  # fmt: skip
+        return out
+
+    def start(self, s: Session, rt: Runtime) -> None:
+        grant = rt.grant("agent", "refund", constraints={"amount": {"max": 5000}}, by="policy")
+        for case in self.cases(s, "fx"):
+            case.update(payload={"amount": 100, "payment": case["payment"]}, grant=grant)
+            s.runs.append(rt.start(s.refund_flows.policy_refund, case["id"], case))
 
     def ready(self, s: Session) -> bool:
         """A send in flight: DISPATCHED in the journal and not yet resolved. (The target's
@@ -188,31 +226,20 @@ class Queues(Feature):
         return _started(s, "work", 3)
 
 
-class Schedules(Feature):
+class Schedules(ScheduleFeature):
+    SID = "ms"
+
     def start(self, s: Session, rt: Runtime) -> None:
-        rt.create_schedule("ms", s.flows.m_scheduled, every=1, input={"log": s.side_log},
+        rt.create_schedule(self.SID, s.flows.m_scheduled, every=1, input={"log": s.side_log},
                            overlap="allow_all", catchup_window=30)  # fmt: skip
-        s.facts["schedule"] = "ms"
+        s.facts["schedule"] = self.SID
 
     def ready(self, s: Session) -> bool:
         return _started(s, "tick", 2)
 
     def after_fault(self, s: Session, rt: Runtime) -> None:
         time.sleep(3)  # ticks after the fault too
-        _retrying(lambda: rt.pause_schedule("ms", by="matrix"))
-        _after_pause(s)
-        time.sleep(2.5)  # two more intervals: a paused schedule must start nothing
-        s.runs.extend(
-            r["id"]
-            for r in _rows(
-                s, "select id from ilr.workflows where input->>'schedule_id' = 'ms' order by id"
-            )
-        )
-
-    def collect(self, s: Session, out: dict[str, Any]) -> None:
-        super().collect(s, out)
-        out["fires"] = _rows(s, "select * from ilr.schedule_fires order by tick")
-        out["fires_after_pause"] = _fires_after_pause(s)
+        self.pause_last(s, rt)
 
 
 class Timeouts(Feature):
@@ -294,20 +321,8 @@ class StepTimeouts(Feature):
 
 class Approvals(Effects):
     def start(self, s: Session, rt: Runtime) -> None:
-        from world.target import Target
-        from world.target_client import TargetAdmin
-
-        target = Target(2, db=str(s.log_dir / "ledger.db")).start()
-        s.stack.callback(target.stop)
-        s.targets.append(target)
-        admin = TargetAdmin(target.url)
-        url = s.facts["target_url"] = s.reachable(target.url, target.port)
-        admin.set_delay(_service_ms(s))
-        for i in range(3):
-            admin.create_payment(f"{PAYMENT}_{i}", 10000)
-            case = {"id": f"ap-{i}", "target_url": url, "payment": f"{PAYMENT}_{i}", "tier": 2,
-                    "send_timeout": 2.5, "settle_margin": 1.0}  # fmt: skip
-            s.runs.append(rt.start(s.refund_flows.refund, f"ap-{i}", case))
+        for case in self.cases(s, "ap"):
+            s.runs.append(rt.start(s.refund_flows.refund, case["id"], case))
         s.facts["revokes"] = []
 
     def launched(self, s: Session, rt: Runtime) -> None:
@@ -362,14 +377,16 @@ class QueueRates(Feature):
         return _started(s, "work", 4)
 
 
-class OverlapSkip(Feature):
+class OverlapSkip(ScheduleFeature):
     """A schedule every second whose runs take 2.5 s, overlap "skip": a tick that falls while
     the previous run lives starts nothing."""
 
+    SID = "skip"
+
     def start(self, s: Session, rt: Runtime) -> None:
-        rt.create_schedule("skip", s.flows.m_scheduled, every=1, overlap="skip", catchup_window=30,
-                           input={"log": s.side_log, "hold": 2.5})  # fmt: skip
-        s.facts["schedule"] = "skip"
+        rt.create_schedule(self.SID, s.flows.m_scheduled, every=1, overlap="skip",
+                           catchup_window=30, input={"log": s.side_log, "hold": 2.5})  # fmt: skip
+        s.facts["schedule"] = self.SID
 
     def ready(self, s: Session) -> bool:
         return _started(s, "tick", 1)
@@ -377,70 +394,35 @@ class OverlapSkip(Feature):
     def after_fault(self, s: Session, rt: Runtime) -> None:
         """Ticks after the fault too: until a second run has started (a fault may keep the
         first alive for a while; every tick meanwhile is skipped), then the pause."""
-        from interlock_runtime.testing import wait_for
-
-        wait_for(lambda: _rows(s, "select count(*) n from ilr.workflows where "
-                                  "input->>'schedule_id' = 'skip'")[0]["n"] >= 2,
-                 60, "the schedule's second run")  # fmt: skip
-        _retrying(lambda: rt.pause_schedule("skip", by="matrix"))
-        _after_pause(s)
-        time.sleep(2.5)  # two more intervals: a paused schedule must start nothing
-        s.runs.extend(
-            r["id"]
-            for r in _rows(
-                s, "select id from ilr.workflows where input->>'schedule_id' = 'skip' order by id"
-            )
-        )
-
-    def collect(self, s: Session, out: dict[str, Any]) -> None:
-        super().collect(s, out)
-        out["fires"] = _rows(s, "select * from ilr.schedule_fires order by tick")
-        out["fires_after_pause"] = _fires_after_pause(s)
+        self.wait_runs(s, 2)
+        self.pause_last(s, rt)
 
 
-class BufferResume(Feature):
+class BufferResume(ScheduleFeature):
     """A schedule every second, overlap buffer_one, whose runs take 2 s: a tick that falls while
     a run lives is buffered (one at most) and starts once that run ends. After the fault it is
     paused for 3 s and resumed: ticks that fell while paused are not made up."""
 
+    SID = "buf"
+
     def start(self, s: Session, rt: Runtime) -> None:
-        rt.create_schedule("buf", s.flows.m_scheduled, every=1, overlap="buffer_one",
+        rt.create_schedule(self.SID, s.flows.m_scheduled, every=1, overlap="buffer_one",
                            catchup_window=30, input={"log": s.side_log, "hold": 2.0})  # fmt: skip
-        s.facts["schedule"] = "buf"
+        s.facts["schedule"] = self.SID
 
     def ready(self, s: Session) -> bool:
         return _started(s, "tick", 1)
 
     def after_fault(self, s: Session, rt: Runtime) -> None:
-        from interlock_runtime.testing import wait_for
-
-        def count() -> int:
-            return int(_rows(s, "select count(*) n from ilr.workflows where "
-                                "input->>'schedule_id' = 'buf'")[0]["n"])  # fmt: skip
-
-        wait_for(lambda: count() >= 2, 60, "the schedule's second run")
-        _retrying(lambda: rt.pause_schedule("buf", by="matrix"))
+        self.wait_runs(s, 2)
+        _retrying(lambda: rt.pause_schedule(self.SID, by="matrix"))
         paused = _rows(s, "select now() as now")[0]["now"]
         time.sleep(3)
-        _retrying(lambda: rt.resume_schedule("buf"))
+        _retrying(lambda: rt.resume_schedule(self.SID))
         resumed = _rows(s, "select now() as now")[0]["now"]
         s.facts["paused_window"] = [paused.isoformat(), resumed.isoformat()]
-        started = count()
-        wait_for(lambda: count() > started, 60, "a run after the resume")
-        _retrying(lambda: rt.pause_schedule("buf", by="matrix"))
-        _after_pause(s)
-        time.sleep(2.5)
-        s.runs.extend(
-            r["id"]
-            for r in _rows(
-                s, "select id from ilr.workflows where input->>'schedule_id' = 'buf' order by id"
-            )
-        )
-
-    def collect(self, s: Session, out: dict[str, Any]) -> None:
-        super().collect(s, out)
-        out["fires"] = _rows(s, "select * from ilr.schedule_fires order by tick")
-        out["fires_after_pause"] = _fires_after_pause(s)
+        self.wait_runs(s, self.count(s) + 1)  # a run after the resume
+        self.pause_last(s, rt)
 
 
 class WorkerLimits(Feature):
