@@ -95,11 +95,18 @@ def test_a_signal_consumed_twice_or_out_of_order() -> None:
     assert checks.signals_exactly_once(ev)
 
 
-def test_a_refund_applied_twice() -> None:
-    ev = evidence(wf("a", result={"status": "COMMITTED"}), ledger=[{"key": "k"}])
+def test_a_refund_applied_twice_missing_or_unclaimed() -> None:
+    done = {"status": "COMMITTED", "effect_id": "k"}
+    ev = evidence(wf("a", result=done), ledger=[{"key": "k"}], facts={"tier": 2})
     assert not checks.effect_at_most_once(ev)
     ev["ledger"].append({"key": "k"})
-    assert checks.effect_at_most_once(ev)
+    assert checks.effect_at_most_once(ev) == ["key k applied 2 times"]
+    ev["ledger"] = [{"key": "j"}]  # COMMITTED without the refund, and one nobody claims
+    assert len(checks.effect_at_most_once(ev)) == 2
+    ev["facts"]["tier"] = 3  # at tier 3 an AMBIGUOUS send may have landed
+    assert checks.effect_at_most_once(ev) == [
+        "k: the run says COMMITTED, the target never applied it"
+    ]
 
 
 def test_a_tick_started_twice_and_a_start_after_the_pause() -> None:

@@ -132,15 +132,22 @@ def signals_exactly_once(ev: Evidence) -> list[str]:
 
 
 def effect_at_most_once(ev: Evidence) -> list[str]:
-    """At the target (its own ledger): each refund key applied at most once, and exactly once
-    for a run that completed with the effect COMMITTED."""
+    """At the target (its own ledger): each refund key applied at most once; every run that says
+    COMMITTED had its refund applied; at tiers 1 and 2 nothing else was applied (at tier 3 a send
+    whose outcome could not be known may have landed: the run says so, AMBIGUOUS, and it is
+    never sent again, which the catalog's Tier3NeverResends judges)."""
     keys = Counter(r["key"] for r in ev["ledger"])
     out = [f"key {k} applied {n} times" for k, n in keys.items() if n > 1]
-    applied = sum(keys.values())
-    committed = sum(1 for w in _runs(ev) if w["status"] == "completed"
-                    and (w["result"] or {}).get("status", "").startswith("COMMITTED"))  # fmt: skip
-    if applied != committed:
-        out.append(f"{applied} refunds at the target, {committed} runs say COMMITTED")
+    effect_of = {w["id"]: (w["result"] or {}).get("effect_id") for w in _runs(ev)}
+    committed = {effect_of[w["id"]] for w in _runs(ev) if w["status"] == "completed"
+                 and str((w["result"] or {}).get("status", "")).startswith("COMMITTED")}  # fmt: skip
+    out += [f"{eid}: the run says COMMITTED, the target never applied it"
+            for eid in sorted(committed - set(keys))]  # fmt: skip
+    if ev["facts"].get("tier", 2) in (1, 2):
+        out += [
+            f"{k}: applied at the target, no run says COMMITTED"
+            for k in sorted(set(keys) - committed)
+        ]
     return out
 
 

@@ -154,13 +154,19 @@ class Signals(Feature):
 
 
 class Effects(Feature):
+    """Three refunds under a policy grant at the feature's tier: 1 (idempotency keys and a
+    lookup, as Stripe), 2 (a lookup, no keys) or 3 (neither: never resent blind)."""
+
+    def __init__(self, tier: int = 2):
+        self.tier = tier
+
     def cases(self, s: Session, prefix: str) -> list[dict[str, Any]]:
-        """A tier-2 target holding each refund for _service_ms, a paid payment per case, and
-        each case's refund (the target named as the workers reach it)."""
+        """A target at the tier holding each refund for _service_ms, a paid payment per case,
+        and each case's refund (the target named as the workers reach it)."""
         from world.target import Target
         from world.target_client import TargetAdmin
 
-        target = Target(2, db=str(s.log_dir / "ledger.db")).start()
+        target = Target(self.tier, db=str(s.log_dir / "ledger.db")).start()
         s.stack.callback(target.stop)
         s.targets.append(target)
         admin = TargetAdmin(target.url)
@@ -170,7 +176,8 @@ class Effects(Feature):
         for i in range(3):
             admin.create_payment(f"{PAYMENT}_{i}", 10000)
             out.append({"id": f"{prefix}-{i}", "target_url": url, "payment": f"{PAYMENT}_{i}",
-                        "tier": 2, "send_timeout": 2.5, "settle_margin": 1.0})  # fmt: skip
+                        "tier": self.tier, "send_timeout": 2.5, "settle_margin": 1.0})  # fmt: skip
+        s.facts["tier"] = self.tier
         return out
 
     def start(self, s: Session, rt: Runtime) -> None:
@@ -466,7 +473,9 @@ FEATURES: dict[str, Feature] = {
     "steps": Steps(),
     "timers": Timers(),
     "signals": Signals(),
-    "effects": Effects(),
+    "effects": Effects(2),
+    "effects_t1": Effects(1),
+    "effects_t3": Effects(3),
     "queues": Queues(),
     "schedules": Schedules(),
     "timeouts": Timeouts(),
