@@ -226,3 +226,14 @@ def test_a_worker_holding_two_or_an_urgent_run_last() -> None:
     assert checks.worker_limit_and_priority(ev) == ["w1: 2 held at once, limit 1"]
     claims[1]["claimed_at"], claims[2]["claimed_at"] = at(1.5), at(1.6)  # urgent one last
     assert len(checks.worker_limit_and_priority(ev)) == 1
+
+
+def test_a_claim_taken_over_ends_for_its_first_owner() -> None:
+    """w1 held pri0-3 (its database went away), w2 took it over at 1.6 once the lease had
+    expired at 1.5 and ran it to 3; w1 took pri0-1 at 1.55: one run each at a time (the
+    matrix's first reading ran w1's claim of pri0-3 to the run's end, and saw two)."""
+    runs = [wf("pri0-3", updated_at=at(3)), wf("pri0-1", updated_at=at(2.5))]
+    claims = [dict(_claim("pri0-3", 0), owner="w1"),
+              dict(_claim("pri0-3", 1.6, epoch=2), owner="w2", prev_lease_expires_at=at(1.5)),
+              dict(_claim("pri0-1", 1.55), owner="w1")]  # fmt: skip
+    assert not checks.worker_limit_and_priority(evidence(*runs, claims=claims))

@@ -265,15 +265,11 @@ def rate_and_keys_bounded(ev: Evidence) -> list[str]:
             out.append(
                 f"{rate + 1} starts within {starts[i + rate] - starts[i]} of the rated queue"
             )
-    keyed = {w["id"]: w for w in ev["workflows"] if w["id"].startswith("key-")}
-    for key in ("a", "b"):
-        mine = {wf: w for wf, w in keyed.items() if int(wf.split("-")[1]) % 2 == "ab".index(key)}
-        sub = {
-            **ev,
-            "runs": list(mine),
-            "claims": [c for c in ev["claims"] if c["workflow_id"] in mine],
-        }
-        out += [f"key {key}: {v}" for v in _held_at_once(sub, 1)]
+    spans = _intervals(ev)
+    for key in ("a", "b"):  # key-i is of key "ab"[i % 2]
+        mine = [sp for sp in spans if sp[0].startswith("key-")
+                and int(sp[0].split("-")[1]) % 2 == "ab".index(key)]  # fmt: skip
+        out += [f"key {key}: {v}" for v in _held_at_once(mine, 1)]
     if not ev["facts"]["dedup_refused"]:
         out.append("a start repeating a live run's dedup id was accepted")
     return out
@@ -299,23 +295,32 @@ def receipts_verify(ev: Evidence) -> list[str]:
     return out
 
 
-def _held_at_once(ev: Evidence, limit: int) -> list[str]:
-    """Claims held at once over the limit (the catalog's QueueConcurrencyBounded, for a subset
-    of runs: a claim holds until the next found its lease expired, or until the run's end)."""
+def _intervals(ev: Evidence) -> list[tuple[str, str, datetime, datetime]]:
+    """(run, owner, from, until) of every claim of the cell's runs: a claim holds until the
+    next claim of its run found its lease expired (or took the row), else until the run's end
+    (the catalog's QueueConcurrencyBounded reads the claims table the same way). Computed over
+    all of a run's claims, so a subset by owner keeps where each claim ended."""
     end = {w["id"]: w["updated_at"] for w in _runs(ev)}
     by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in ev["claims"]:
-        by_run[c["workflow_id"]].append(c)
-    edges: list[tuple[datetime, int]] = []
+        if c["workflow_id"] in end:
+            by_run[c["workflow_id"]].append(c)
+    out = []
     for wf, claims in by_run.items():
         claims.sort(key=lambda c: c["epoch"])
         for i, c in enumerate(claims):
             nxt = claims[i + 1] if i + 1 < len(claims) else None
             until = min(nxt["prev_lease_expires_at"] or nxt["claimed_at"], nxt["claimed_at"]) \
                 if nxt else end[wf]  # fmt: skip
-            edges += [(c["claimed_at"], 1), (max(until, c["claimed_at"]), -1)]
+            out.append((wf, c.get("owner", ""), c["claimed_at"], max(until, c["claimed_at"])))
+    return out
+
+
+def _held_at_once(spans: list[tuple[str, str, datetime, datetime]], limit: int) -> list[str]:
+    """Claims held at once over the limit, among these spans (from _intervals)."""
+    edges = [e for _, _, start, until in spans for e in ((start, 1), (until, -1))]
     held, worst = 0, 0
-    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):
+    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):  # ends first at a tie
         held += step
         worst = max(worst, held)
     return [f"{worst} held at once, limit {limit}"] if worst > limit else []
@@ -356,12 +361,9 @@ def worker_limit_and_priority(ev: Evidence) -> list[str]:
     until the next found its lease expired, or the run's end); and every urgent run (priority
     0) was first claimed no later than the last non-urgent one was."""
     out = []
-    owners = {c["owner"] for c in ev["claims"]}
-    for owner in sorted(owners):
-        mine = [c for c in ev["claims"] if c["owner"] == owner]
-        ids = {c["workflow_id"] for c in mine}
-        sub = {**ev, "runs": sorted(ids), "claims": mine}
-        out += [f"{owner}: {v}" for v in _held_at_once(sub, 1)]
+    spans = _intervals(ev)
+    for owner in sorted({sp[1] for sp in spans}):
+        out += [f"{owner}: {v}" for v in _held_at_once([sp for sp in spans if sp[1] == owner], 1)]
     first: dict[str, datetime] = {}
     for c in sorted(ev["claims"], key=lambda c: c["epoch"]):
         first.setdefault(c["workflow_id"], c["claimed_at"])
