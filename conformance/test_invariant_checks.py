@@ -2,7 +2,9 @@
 
 The states are written with plain SQL (bypassing the runtime), which is exactly what the
 checks exist to catch if the runtime ever did it. The positive side (checks hold over real
-runs) is test_invariants_hold.py.
+runs) is test_invariants_hold.py. No execution mode here: both workers write the same tables,
+and the fault matrix runs every check over real runs of the sync and the asyncio worker
+(conformance/test_matrix.py, docs/matrix.md).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ The test fails unless workers ran and at least one effect was sent. The seed (fi
 ILR_STATEFUL_SEED=random) is printed and appended to .data/conformance/stateful_seeds.log;
 rerun one with ILR_STATEFUL_SEED=<seed>.
 `make conformance LONG=1` (ILR_LONG=1) runs many more and longer examples.
+
+Mode: the machine drives the sync worker only. The asyncio worker meets the same faults
+(SIGKILL, SIGSTOP, restarts, revokes) in the fault matrix (docs/matrix.md), both modes each.
 """
 
 from __future__ import annotations
