@@ -254,9 +254,7 @@ def rate_and_keys_bounded(ev: Evidence) -> list[str]:
     window of `period` (a run's first claim is its start, what the rate spends), and never two
     runs of one key of the keyed queue held at once; the dedup start was refused."""
     out = []
-    first: dict[str, datetime] = {}
-    for c in sorted(ev["claims"], key=lambda c: c["epoch"]):
-        first.setdefault(c["workflow_id"], c["claimed_at"])
+    first = _first_claims(ev)
     starts = sorted(t for wf, t in first.items() if wf.startswith("rate-"))
     period, rate = timedelta(seconds=ev["facts"]["period"]), ev["facts"]["rate"]
     slack = timedelta(seconds=0.05)  # the claim's transaction start against its statement time
@@ -293,6 +291,14 @@ def receipts_verify(ev: Evidence) -> list[str]:
     if not ev["receipts"]:
         out.append("no effect, no receipt: the feature sent nothing")
     return out
+
+
+def _first_claims(ev: Evidence) -> dict[str, datetime]:
+    """Each run's first claim time (its start, what a rate spends), from the claims table."""
+    first: dict[str, datetime] = {}
+    for c in sorted(ev["claims"], key=lambda c: c["epoch"]):
+        first.setdefault(c["workflow_id"], c["claimed_at"])
+    return first
 
 
 def _intervals(ev: Evidence) -> list[tuple[str, str, datetime, datetime]]:
@@ -364,9 +370,7 @@ def worker_limit_and_priority(ev: Evidence) -> list[str]:
     spans = _intervals(ev)
     for owner in sorted({sp[1] for sp in spans}):
         out += [f"{owner}: {v}" for v in _held_at_once([sp for sp in spans if sp[1] == owner], 1)]
-    first: dict[str, datetime] = {}
-    for c in sorted(ev["claims"], key=lambda c: c["epoch"]):
-        first.setdefault(c["workflow_id"], c["claimed_at"])
+    first = _first_claims(ev)
     urgent = [t for wf, t in first.items() if wf.startswith("pri0-")]
     later = [t for wf, t in first.items() if wf.startswith("pri5-")]
     if urgent and later and max(urgent) > max(later):

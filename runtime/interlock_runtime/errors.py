@@ -174,9 +174,14 @@ def is_database_fault(exc: BaseException) -> bool:
     return isinstance(exc, DATABASE_FAULTS)
 
 
+def one_line(exc: BaseException) -> str:
+    """An error's text on one line (psycopg's span several), for events and records."""
+    return " ".join(str(exc).split())
+
+
 def database_lost(exc: BaseException) -> DatabaseLost:
     """The DatabaseLost that unwinds a run for the database fault `exc` (its cause)."""
-    lost = DatabaseLost(f"the database was lost mid-run: {' '.join(str(exc).split())}")
+    lost = DatabaseLost(f"the database was lost mid-run: {one_line(exc)}")
     lost.__cause__ = exc
     return lost
 

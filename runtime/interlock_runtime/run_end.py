@@ -41,6 +41,7 @@ from .errors import (
     Suspend,
     WorkflowTimedOut,
     is_database_fault,
+    one_line,
 )
 
 UNWINDING = (Suspend, Fenced, ContinuedAsNew, Release, NonDeterminism, Cancelled,
@@ -145,4 +146,4 @@ def _database_fault(exc: BaseException | None) -> bool:
 
 def _one_line(exc: BaseException | None) -> str:
     cause = exc.__cause__ if isinstance(exc, DatabaseLost) and exc.__cause__ else exc
-    return " ".join(str(cause).split())
+    return one_line(cause) if cause is not None else ""
