@@ -125,12 +125,15 @@ def worker_main(argv: list[str]) -> int:
             finally:
                 marks[run.workflow_id]["run_end"] = time.monotonic()
 
-        orig_finish = worker.Worker._finish
+        # the run's end: worker.end_run (the run engine), Worker._finish before it (--before)
+        older = hasattr(worker.Worker, "_finish")
+        orig_finish = worker.Worker._finish if older else worker.end_run  # type: ignore[attr-defined]
 
-        def finish(self: Any, ctx: Any, *a: Any, **k: Any) -> Any:
+        def finish(*a: Any, **k: Any) -> Any:
+            ctx = a[1] if older else a[0]
             marks[ctx.workflow_id]["finish_begin"] = time.monotonic()
             try:
-                return orig_finish(self, ctx, *a, **k)
+                return orig_finish(*a, **k)
             finally:
                 marks[ctx.workflow_id]["finish_end"] = time.monotonic()
 
@@ -150,7 +153,10 @@ def worker_main(argv: list[str]) -> int:
 
         worker.Worker._claim = claim  # type: ignore[method-assign]
         worker.Worker._execute_run = execute_run  # type: ignore[method-assign]
-        worker.Worker._finish = finish  # type: ignore[method-assign]
+        if older:
+            worker.Worker._finish = finish  # type: ignore[attr-defined]
+        else:
+            worker.end_run = finish
         context.WorkflowContext.step = step  # type: ignore[method-assign]
     w = worker.Worker(args.dsn, [bench_flows.bench_one_step], worker_id=f"prof-{os.getpid()}",
                       concurrency=args.concurrency, lease_ttl=30.0, poll=1.0)  # fmt: skip
@@ -470,7 +476,7 @@ def classify(stack: list[str]) -> str:
                                     "_connection_base.py", "_cursor_base.py", "generators.py")
                 for f in fns)  # fmt: skip
     where = "in psycopg (round trips, commit)" if in_db else "python"
-    if "Worker._finish" in text:
+    if "Worker._finish" in text or "RunEngine.finish" in text:
         return f"completion (step record + finish, one fenced write): {where}"
     if "Worker._connection" in text:
         return f"connecting: {where}"

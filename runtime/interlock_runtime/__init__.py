@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .async_client import AsyncRuntime
-from .context import Decision, RetryPolicy, WorkflowContext
+from .context import WorkflowContext
 from .effects import EffectRefused, EffectResult
 from .errors import (
     Cancelled,
@@ -41,6 +41,7 @@ from .errors import (
     WorkflowNotFound,
     WorkflowTimedOut,
 )
+from .run_state import Decision, RetryPolicy
 from .runtime import Runtime
 from .targets import AsyncHttpTarget, EffectTarget, HttpTarget
 from .workflow import workflow

@@ -33,9 +33,8 @@ from .async_context import (
     guard_wall_clock,
     task_factory,
 )
-from .context import Run, workflow_input
-from .errors import Fenced
 from .events import emit
+from .run_state import Run, workflow_input
 from .telemetry import run_span
 from .worker import Worker
 
@@ -75,9 +74,8 @@ class AsyncWorker(Worker):
             return AsyncWorkflowContext(run, env.pool, steps, self.worker_id, self.stopping,
                                         env.threads, env.sync_pool, env.gate)  # fmt: skip
 
-        if run.execution_deadline is not None and run.claimed_now is not None \
-                and run.claimed_now >= run.execution_deadline:  # fmt: skip
-            await self._end_async(context([]), run_end.timed_out_at_claim(run.execution_deadline))
+        if run.claimed_past_deadline:  # docs/timeouts.md: it ends, no code runs
+            await context([]).end(run_end.timed_out_at_claim(run.execution_deadline))
             return
         steps: list[db.Row] = []
         if run.has_steps:
@@ -88,7 +86,7 @@ class AsyncWorker(Worker):
         ended: BaseException | None = None
         result: Any = None
         try:
-            inp = workflow_input(ctx.cursor, wf.fn)
+            inp = workflow_input(ctx, wf.fn)
             ctx.root = asyncio.current_task()
             token = WORKFLOW_CODE.set(getattr(wf.fn, "__globals__", None))
             try:
@@ -100,22 +98,7 @@ class AsyncWorker(Worker):
             ended = exc
         await _settle()  # what the run left running ends with it, before its last write
         ctx.close_unawaited()
-        await self._end_async(
-            ctx, run_end.ending(ended, ctx.unwinding, result, run.execution_deadline)
-        )
-
-    async def _end_async(self, ctx: AsyncWorkflowContext, end: run_end.Ending) -> None:
-        """Worker._end on the async connections: what run_end decided, written, then said."""
-        if end.write == "stuck_unfenced":
-            await ctx.mark_swallowed(end.error)
-        elif end.write is not None:
-            try:
-                await ctx.finish(end.write, end.result, end.error)
-            except Fenced as exc:
-                emit("fenced", worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch,
-                     by="write", reason=str(exc))  # fmt: skip
-                return
-        emit(end.event, worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, **end.fields)
+        await ctx.end(run_end.ending(ended, ctx.unwinding, result, run.execution_deadline))
 
 
 async def _settle() -> None:

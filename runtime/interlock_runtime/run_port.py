@@ -1,13 +1,13 @@
 """RunPort: the internal interface of a workflow run, the one way into a run from outside the
-replay context (context.py).
+run engine (run_engine.py; its EnginePort implements it over a connection).
 
-Its users are the effect gate (effects.py and the effect_* modules), the worker (finishing a
-run) and orphan recovery (runtime.py). The context implements it; context.port_of(ctx)
-returns a context's port. Every member is listed here and nothing else of a context is
-reached into. Workflow code never sees it: it is not part of the public API.
+Its users are the effect gate (effects.py and the effect_* modules) and orphan recovery
+(runtime.py); context.port_of(ctx) returns a context's port. Every member is listed here and
+nothing else of the engine is reached into. Workflow code never sees it: it is not part of
+the public API.
 
-The gate imports only this module, never context.py, so the context and the gate import
-each other in one direction only (context -> effects).
+The gate imports only this module, never the engine or a context, so they and the gate import
+each other in one direction only (engine -> effects).
 """
 
 from __future__ import annotations

@@ -395,7 +395,7 @@ class Runtime:
         following continue-as-new unless follow is false), its workflow status, and the
         status's `seq`, `epoch`, `set_at` and recorded `value` (seq None: no status set).
         WorkflowNotFound if no such workflow."""
-        from .context import STATUS_STEP
+        from .run_state import STATUS_STEP
 
         check_id(wf_id)
         while True:
@@ -651,8 +651,9 @@ class Runtime:
         lease_ttl = validate.number(lease_ttl, "lease_ttl", low=0.5, high=86_400, unit="seconds")
         if not isinstance(targets, dict):
             raise InvalidInput("targets must be a dict of target name to target object")
-        from .context import Run, WorkflowContext, port_of
+        from .context import WorkflowContext, port_of
         from .effects import resolve_orphan
+        from .run_state import Run
 
         done: builtins.list[db.Row] = []
         for orphan in self._execute(db.query("orphaned_effects")).fetchall():

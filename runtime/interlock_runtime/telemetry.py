@@ -401,22 +401,22 @@ def _outcome(value: str) -> Callable[[Any, Any], None]:
 
 
 def body_span(fn: F) -> F:
-    """_run_body(ctx, seq, kind, name, ...) of either context: one span per attempt of a step
+    """RunEngine.run_body(engine, seq, kind, name, ...), in either shell: one span per attempt of a step
     body (`interlock.step`) or a model call (`interlock.decide`); the attempt number comes
     from the step_started event (on_event)."""
     return fn if not ENABLED else _wrap(fn, _call_span, _outcome("ok"))
 
 
 def wait_span(fn: F) -> F:
-    """_wait(ctx, seq, kind, name, ...) of either context: `interlock.wait`, outcome `ready`
+    """RunEngine.suspend(engine, seq, kind, name, ...), in either shell: `interlock.wait`, outcome `ready`
     (the timer was due or the signal there) or `suspended`."""
     return fn if not ENABLED else _wrap(fn, _call_span, _outcome("ready"))
 
 
 def retry_span(fn: F) -> F:
-    """_suspend_for_retry(ctx, seq, name, attempt, delay) of either context: counts the retry,
+    """RunEngine.suspend_for_retry(engine, seq, name, attempt, delay), in either shell: counts the retry,
     and the step's span ends with outcome `retry` (not just `suspended`). Marked when called,
-    in the caller's context, so a coroutine function needs nothing more."""
+    in the caller's context, so a generator function needs nothing more."""
     if not ENABLED:
         return fn
 

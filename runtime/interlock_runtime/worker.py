@@ -29,10 +29,11 @@ import psycopg
 
 from . import db, durability, killpoints, local_postgres, migrations, run_end, timeouts, validate
 from .cli_parsing import Parser, checked
-from .context import ENDS_GRANTS, Run, WorkflowContext, finish_in_one, port_of, workflow_input
-from .errors import CodeChanged, DatabaseLost, Fenced, UnsafeDatabase, is_database_fault
+from .context import WorkflowContext, end_run
+from .errors import CodeChanged, DatabaseLost, UnsafeDatabase, is_database_fault
 from .events import LOG_FORMATS, LOG_LEVELS, emit, formatter, log
 from .queues import Claimer, served
+from .run_state import Run, workflow_input
 from .runtime import register_deployment
 from .schedules import Scheduler
 from .telemetry import claimed, configure_from_env, run_span, watch_database
@@ -334,11 +335,9 @@ class Worker:
 
     def _execute_run(self, run: Run) -> None:
         conn = self._connection()
-        if run.execution_deadline is not None and run.claimed_now is not None \
-                and run.claimed_now >= run.execution_deadline:  # fmt: skip
-            # claimed at or past its deadline (docs/timeouts.md): it ends, no code runs
+        if run.claimed_past_deadline:  # docs/timeouts.md: it ends, no code runs
             ctx = WorkflowContext(run, conn, [], self.worker_id, self.stopping)
-            self._end(ctx, run_end.timed_out_at_claim(run.execution_deadline))
+            end_run(ctx, run_end.timed_out_at_claim(run.execution_deadline))
             return
         steps = []  # a fresh workflow's first claim: no history to read
         if run.has_steps:
@@ -351,51 +350,7 @@ class Worker:
             result = wf.fn(ctx, workflow_input(ctx, wf.fn))  # typed values rebuilt (codec.py)
         except run_end.ENDINGS as exc:
             ended = exc
-        self._end(ctx, run_end.ending(ended, ctx.unwinding, result, run.execution_deadline))
-
-    def _end(self, ctx: WorkflowContext, end: run_end.Ending) -> None:
-        """Carry out what run_end decided: the write under the fence, then the event."""
-        if end.write == "stuck_unfenced":
-            # The suspend already released the row: guard by the unchanged epoch (B13).
-            port_of(ctx).conn.execute(db.query("mark_stuck_unfenced"),
-                                      {"wf": ctx.workflow_id, "epoch": ctx.epoch,
-                                       "error": db.jsonb(end.error)})  # fmt: skip
-        elif end.write is not None and not self._finish(ctx, end.write, end.result, end.error):
-            return  # fenced: said by _finish
-        emit(end.event, worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, **end.fields)
-
-    def _tell_parent(self, ctx: WorkflowContext, status: str, result: Any, error: Any) -> None:
-        """The child's completion transaction signals `$done:<id>` to its parent (docs/design.md#versioning)."""
-        done = {"status": status, "result": result, "error": error}
-        port_of(ctx).conn.execute(
-            db.query("signal_parent"), {"child": ctx.workflow_id, "done": db.jsonb(done)}
-        )
-
-    def _finish(self, ctx: WorkflowContext, status: str, result: Any = None,
-                error: Any = None) -> bool:  # fmt: skip
-        """The run's end written under the fence; False (said as `fenced`) if the claim is gone."""
-        try:
-            if status != "release" and finish_in_one(ctx, status, result, error):
-                return True  # one fenced statement; else the general form below
-            port = port_of(ctx)
-            with port.fenced_write():
-                conn = port.conn
-                if status == "release":
-                    conn.execute(db.query("release"), {"wf": ctx.workflow_id})
-                    conn.execute(db.query("notify_ready"), {"id": ctx.workflow_id})
-                else:
-                    params = {"wf": ctx.workflow_id, "status": status, "result": db.jsonb(result),
-                              "error": db.jsonb(error) if error is not None else None}  # fmt: skip
-                    conn.execute(db.query("finish"), params)
-                    if status in ENDS_GRANTS:  # its approvals end with it, in this transaction
-                        conn.execute(db.query("end_workflow_grants"), {"wf": ctx.workflow_id})
-                    if port.parent_id:
-                        self._tell_parent(ctx, status, result, error)
-        except Fenced as exc:
-            emit("fenced", worker=self.worker_id, wf=ctx.workflow_id, epoch=ctx.epoch, by="write",
-                 reason=str(exc))  # fmt: skip
-            return False
-        return True
+        end_run(ctx, run_end.ending(ended, ctx.unwinding, result, run.execution_deadline))
 
 
 def _wrong_worker(wf: WorkflowDef, serves_async: bool) -> str:

@@ -15,7 +15,7 @@ from flows import three_steps
 
 from conftest import TESTS
 from interlock_runtime import Worker
-from interlock_runtime.context import Run
+from interlock_runtime.run_state import Run
 
 
 def _run(ttl: float, skew: float, deadline: float) -> Run:

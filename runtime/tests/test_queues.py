@@ -28,7 +28,7 @@ from interlock_runtime import (
     db,
 )
 from interlock_runtime import queues as queueing
-from interlock_runtime.context import child_placement
+from interlock_runtime.run_state import child_placement
 from interlock_runtime.testing import wait_for
 from interlock_runtime.workflow import workflow
 

@@ -511,7 +511,7 @@ import json, sys, threading
 sys.modules["opentelemetry"] = None  # as if opentelemetry-api were not installed
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from interlock_runtime import HttpTarget, Runtime, Worker, telemetry, workflow
-from interlock_runtime.context import WorkflowContext
+from interlock_runtime.run_engine import RunEngine
 from interlock_runtime.worker import Worker as W
 
 seen = []
@@ -542,7 +542,7 @@ status = rt.result("plain-1", timeout=20)
 w.stop(); th.join(10)
 print(json.dumps({
     "enabled": telemetry.ENABLED, "status": status, "headers": sorted(seen[0]),
-    "wrapped": [hasattr(f, "__wrapped__") for f in (WorkflowContext._run_body, W._execute,
+    "wrapped": [hasattr(f, "__wrapped__") for f in (RunEngine.run_body, W._execute,
                                                     Runtime.start)],
     "traceparent": telemetry.traceparent(),
     "stored": rt._execute("select traceparent from ilr.workflows").fetchone()["traceparent"],

@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 
 from .. import approve_cli, db, journal, query_cli, receipts
-from ..context import APPROVAL_SIGNAL
 from ..errors import InvalidInput, WorkflowConflict, WorkflowNotFound
+from ..run_state import APPROVAL_SIGNAL
 from ..runtime import Runtime, approve_in, cancel_in, check_id, revoke_in
 from ..vocabulary import LIVE_STATUSES, WorkflowStatus
 from . import auth
