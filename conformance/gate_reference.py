@@ -1,7 +1,7 @@
 """An in-memory reference of one gated effect: the decision table of docs/design.md#gated-effects.
 
 Written from the spec text (5.4 the send watchdog, 5.7 submit a-g, recovery a-d and the
-T_resolve table) and docs/design.md#vocabulary, B5, B7, B13 and C, not from runtime/interlock_runtime/effects.py.
+T_resolve table) and docs/design.md#vocabulary, B5, B7, B13 and C, not from runtime/interlock_runtime/effects/__init__.py.
 It shares only the journal format (interlock_runtime.journal: seal, effect ids, payload hash,
 open dispatch), so receipts.verify() reads its bundles exactly as it reads the runtime's.
 

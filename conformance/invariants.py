@@ -144,7 +144,7 @@ def target_config(url: str, queryable: bool | None = None, dedup_window: float |
     application never asks it, as S04's non-queryable variant declares), and for tier 1 how
     long a key is safe to rely on: dedup_window - dedup_margin (the runtime's documented
     default margin when the application sets none)."""
-    from interlock_runtime.effect_spec import DEFAULT_DEDUP_MARGIN
+    from interlock_runtime.effects.spec import DEFAULT_DEDUP_MARGIN
     from world.target_client import TargetAdmin
 
     cfg = TargetAdmin(url).config()

@@ -1,6 +1,6 @@
 """The workflows the gate parity test runs in real worker subprocesses, and its cells.
 
-Worker command: `python -m interlock_runtime.worker --module conformance.parity_flows --only
+Worker command: `python -m interlock_runtime.cli.worker --module conformance.parity_flows --only
 parity.<cell>.<role>@1` from the repository root; the async twin of each workflow
 (`parity_async.<cell>.<role>`, the same body through `run_refund_async`) is served by
 `... --async --only parity_async.<cell>.<role>@1`. Every cell has its own workflow names (role

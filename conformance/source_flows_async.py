@@ -1,6 +1,6 @@
 """The `async def` twins of the workflows conformance/run_sources.py runs (mode "async").
 
-Served by the asyncio worker: `python -m interlock_runtime.worker --async --module
+Served by the asyncio worker: `python -m interlock_runtime.cli.worker --async --module
 conformance.source_flows_async` with the repository root and runtime/tests on PYTHONPATH. Each
 twin has the name and version of its plain original in runtime/tests/flows.py and records the
 same steps in the same order, with the same step bodies (imported from there: plain functions,

@@ -591,7 +591,7 @@ RecoverRead(w) ==
 (* is locked FOR SHARE and re-checked with the external premises (as read  *)
 (* in (c)) and the local premise (inside this transaction): "rechecked".  *)
 (* NaiveRecovery skips all re-checks; NoLocalRecheck skips the local one   *)
-(* (effect_recovery.py today re-checks only the target's premises).       *)
+(* (effects/recovery.py today re-checks only the target's premises).       *)
 (* Then the table of docs/design.md#recovery:                             *)
 (*   tier 3 -> AMBIGUOUS;  tier 1 and checks pass -> resend (same key);    *)
 (*   tier 1, checks fail, no lookup -> AMBIGUOUS;  found -> COMMITTED;     *)

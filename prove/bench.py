@@ -34,7 +34,7 @@ DBOS's process-wide singleton and the Temporal SDK's threads never share a proce
 system. How each system is driven (its own native path, as its users write it):
 
 - runtime: `Runtime.start` (insert + NOTIFY in one transaction); one worker subprocess
-  (`python -m interlock_runtime.worker`, LISTEN wake-ups, --concurrency C); the client waits
+  (`python -m interlock_runtime.cli.worker`, LISTEN wake-ups, --concurrency C); the client waits
   with `Runtime.result()` (woken by the run's end, docs/api.md#results) in the latency
   phase, and by counting completed rows every 5 ms in the throughput phase.
 - runtime_async (issue 23): the same with the asyncio worker (docs/async.md) serving `async def`
@@ -1679,7 +1679,7 @@ def _cpu(c: dict | None) -> str:
 
 TOPOLOGY = [
     ("runtime", "client process (the driver: its starter threads and the status poller) + "
-     "worker process(es) (`python -m interlock_runtime.worker`: LISTEN wake-ups, a thread pool "
+     "worker process(es) (`python -m interlock_runtime.cli.worker`: LISTEN wake-ups, a thread pool "
      "of --concurrency) + Postgres backends (per worker: its listener, heartbeat and one "
      "connection per pool thread; the starters'; the poller's)",
      "LISTEN/NOTIFY wake-ups (the worker's default; --poll 1 s is only the fallback), "

@@ -1,6 +1,6 @@
 """The Prove harness's runtime workflow: the refund case of docs/design.md#refund-case on interlock_runtime.
 
-Run by real worker subprocesses (`python -m interlock_runtime.worker --module prove.flows
+Run by real worker subprocesses (`python -m interlock_runtime.cli.worker --module prove.flows
 --only prove_refund@1`).
 The case input carries everything a run needs (target URL, tier, model stub URL, timings), so
 one module serves every run of a sweep, each with its own target, stub and database.
@@ -18,7 +18,7 @@ Steps 1-3 are the shared refund body, world/refund_agent.py (run_refund), with S
 timer between the approval and the effect when the case sets `timer_seconds`.
 
 `prove_refund_async` is the same workflow as an `async def` (Prove's system `runtime_async`,
-served by `python -m interlock_runtime.worker --async --module prove.flows --only
+served by `python -m interlock_runtime.cli.worker --async --module prove.flows --only
 prove_refund_async@1`): the same body and steps, driven by run_refund_async on the asyncio
 worker (docs/async.md). A plain worker here serves `--only prove_refund@1`.
 """

@@ -5,7 +5,7 @@ and cancels, then every catalog invariant over the evidence.
 
 What runs (all real): a fresh database on the project's Postgres cluster; three payment targets
 (world/target.py), one per tier, each in its own process; `--workers` worker subprocesses
-(`python -m interlock_runtime.worker --module prove.soak_flows`); this process starts the
+(`python -m interlock_runtime.cli.worker --module prove.soak_flows`); this process starts the
 workflows (tiers 1, 2 and 3 mixed; one payment each), approves them (half at once, half once
 they wait for the approval, with the premises their decision saw) and makes the chaos:
 

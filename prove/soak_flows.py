@@ -1,6 +1,6 @@
 """The chaos soak's workflow (prove/soak.py): the refund of docs/design.md#refund-case, kept cheap per run.
 
-Run by real worker subprocesses (`python -m interlock_runtime.worker --module prove.soak_flows`).
+Run by real worker subprocesses (`python -m interlock_runtime.cli.worker --module prove.soak_flows`).
 The shape is the Prove refund's (decide, wait for the approval, the gated refund), without the
 model stub's HTTP round trip: the decision is an EMULATED model answer computed in-process, so
 the soak spends its CPU on the runtime, Postgres and the target rather than on a model server.

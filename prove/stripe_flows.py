@@ -1,7 +1,7 @@
 """The refund case (docs/design.md#refund-case) through the Stripe adapter (EMULATED: the official stripe SDK
 pointed at the local target's Stripe-compatible subset).
 
-Run by real worker subprocesses (``python -m interlock_runtime.worker --module prove.stripe_flows``
+Run by real worker subprocesses (``python -m interlock_runtime.cli.worker --module prove.stripe_flows``
 with the repository root on PYTHONPATH). The case input carries the target URL, the payment, the
 tier and the timings; with ``model_url`` the amount comes from the model stub through the official
 anthropic SDK (EMULATED model variance), else it is ``case["amount"]`` (default 2000).

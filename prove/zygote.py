@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import IO, Any
 
 # The modules a worker may be asked to run (`python -m <module>`), and what they import.
-RUNNABLE = ("interlock_runtime.worker", "baselines.worker")
+RUNNABLE = ("interlock_runtime.cli.worker", "baselines.worker")
 PRELOAD = (
-    "interlock_runtime.worker",
+    "interlock_runtime.cli.worker",
     "baselines.worker",
     "prove.flows",
     "prove.stripe_flows",

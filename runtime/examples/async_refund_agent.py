@@ -88,7 +88,7 @@ def run(dsn: str, workdir: Path) -> int:
 
                 say("\n# 3. a person approves exactly that refund")
                 say(f"$ interlock approve {WF} --by alice")
-                got = subprocess.run([sys.executable, "-m", "interlock_runtime.approve_cli", WF,
+                got = subprocess.run([sys.executable, "-m", "interlock_runtime.cli.approve", WF,
                                       "--by", "alice", "--dsn", dsn],
                                      capture_output=True, text=True, timeout=60)  # fmt: skip
                 if got.returncode != 0:

@@ -16,7 +16,7 @@ processes and real signals:
    target answered the refund, before the runtime journaled COMMITTED;
 3. starts the refund workflow; the model decides the amount (2000) through the anthropic SDK;
 4. a person approves: ``interlock approve WF --by alice`` (run here as
-   ``python -m interlock_runtime.approve_cli``), which calls the Runtime client's
+   ``python -m interlock_runtime.cli.approve``), which calls the Runtime client's
    ``approve(..., by="alice")``: a grant bound to exactly that payload and to the facts the
    approver saw (the premises recorded with the model's decision);
 5. W1 sends the refund and dies (exit -9); worker W2 takes over after the lease expires, waits
@@ -72,7 +72,7 @@ def interlock(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 class Workers:
-    """Worker subprocesses (`python -m interlock_runtime.worker`), killed at the end."""
+    """Worker subprocesses (`python -m interlock_runtime.cli.worker`), killed at the end."""
 
     def __init__(self, dsn: str, module: str, log_dir: Path) -> None:
         self.dsn, self.module, self.log_dir = dsn, module, log_dir
@@ -89,7 +89,7 @@ class Workers:
         say(f"$ {prefix}interlock worker {' '.join(flags)} &")
         log = open(self.log_dir / f"{worker_id}.events.jsonl", "w")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "interlock_runtime.worker", "--dsn", self.dsn, *flags],
+            [sys.executable, "-m", "interlock_runtime.cli.worker", "--dsn", self.dsn, *flags],
             env=env, stdout=subprocess.DEVNULL, stderr=log,
         )  # fmt: skip
         log.close()
@@ -144,11 +144,11 @@ def run(dsn: str, workdir: Path) -> int:
                     f"EMULATED); premises seen: {json.dumps(decided['premises'])}")  # fmt: skip
 
                 say("\n# 3. a person approves exactly that refund")
-                # `interlock approve` (interlock_runtime.approve_cli): Runtime.approve with the
+                # `interlock approve` (interlock_runtime.cli.approve): Runtime.approve with the
                 # decision's premises as the facts alice saw, by="alice"
                 # the workflow waits in ctx.wait_approval(proposal): approving approves that
                 say(f"$ interlock approve {WF} --by alice")
-                got = subprocess.run([sys.executable, "-m", "interlock_runtime.approve_cli", WF,
+                got = subprocess.run([sys.executable, "-m", "interlock_runtime.cli.approve", WF,
                                       "--by", "alice", "--dsn", dsn],
                                      capture_output=True, text=True, timeout=60)  # fmt: skip
                 if got.returncode != 0:

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 from interlock_runtime import HttpTarget, workflow
-from interlock_runtime.targets import HttpTargetError
+from interlock_runtime.effects.targets import HttpTargetError
 from world.model_stub import decide_amount, warm_sdk
 
 warm_sdk()  # import the anthropic SDK at worker start, not inside the first decision

@@ -14,11 +14,10 @@ Worker(dsn, [invoice_mail]).run()          # or: interlock worker --module my_fl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .async_client import AsyncRuntime
+from .aio.client import AsyncRuntime
 from .context import WorkflowContext
 from .effects import EffectRefused, EffectResult
+from .effects.targets import AsyncHttpTarget, EffectTarget, HttpTarget
 from .errors import (
     Cancelled,
     CodeChanged,
@@ -43,21 +42,8 @@ from .errors import (
 )
 from .run_state import Decision, RetryPolicy
 from .runtime import Runtime
-from .targets import AsyncHttpTarget, EffectTarget, HttpTarget
+from .worker import Worker
 from .workflow import workflow
-
-if TYPE_CHECKING:
-    from .worker import Worker
-
-
-def __getattr__(name: str) -> type[Worker]:
-    # Imported lazily so `python -m interlock_runtime.worker` does not import itself twice.
-    if name == "Worker":
-        from .worker import Worker
-
-        return Worker
-    raise AttributeError(f"module 'interlock_runtime' has no attribute {name!r}")
-
 
 __all__ = [
     "AsyncHttpTarget",

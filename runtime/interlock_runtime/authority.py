@@ -15,7 +15,7 @@ A field is a dotted path into the payload ("customer.tier"). The bounds are
     equals       any JSON value: the field must equal it
 
 The dispatch transaction checks the grant (authorize) and records what it read; a receipt's
-verifier re-derives the same verdict from that record (receipts.py calls
+verifier re-derives the same verdict from that record (receipts/ calls
 constraint_violations too). Every refusal names its reasons, each starting with a code.
 """
 

@@ -1,7 +1,7 @@
 """The argparse pieces every `interlock` verb shares: a help formatter that shows each option's
 default, a parser whose errors are one line (exit status 2), and argparse types made from
-validate.py's checks. A module of its own so that cli.py and the verbs with parsers of their
-own (approve_cli.py) import it without importing each other."""
+validate.py's checks. A module of its own so that cli/ and the verbs with parsers of their
+own (cli/approve.py) import it without importing each other."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 Every durable call is the engine's (run_engine.py); this shell serves its requests in the
 run's thread: statements and fenced transactions on the run's connection, bodies inline (in a
 helper thread when a deadline bounds them: timeouts.run_until), the effect gate driven inline
-(effect_send.drive). RunView, the part workflow code reads of its run, is shared with the
+(effects.send.drive). RunView, the part workflow code reads of its run, is shared with the
 asyncio shell.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 from . import db, timeouts
-from .effect_send import drive as drive_gate
 from .effects import EffectResult, gate, prepare
+from .effects.send import drive as drive_gate
 from .run_end import Ending
 from .run_engine import EnginePort, RunEngine
 from .run_port import RunPort

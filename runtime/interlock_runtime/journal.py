@@ -1,7 +1,7 @@
 """The effect journal's entry format: canonical JSON, hashes, effect ids, sealing, open dispatch.
 
-Pure functions, no database access (docs/design.md#journal, docs/design.md#schema and 5.7). effects.py writes entries with
-these functions and receipts.py re-derives everything from them.
+Pure functions, no database access (docs/design.md#journal, docs/design.md#schema and 5.7). effects/ writes entries with
+these functions and receipts/ re-derives everything from them.
 
 An entry is a JSON object {ts, kind, effect_id, ...fields, prev, hash}:
 - ts is the database clock in seconds (extract(epoch from now()) read in the writing

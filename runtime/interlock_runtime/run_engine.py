@@ -9,7 +9,7 @@ call runs for real and is recorded in one fenced transaction. A call that cannot
 (timer not due, no signal, backoff) writes its waiting state and releases the row in one fenced
 transaction, then raises Suspend.
 
-The engine does no I/O. Like the effect gate (effect_send.py), each durable call is a
+The engine does no I/O. Like the effect gate (effects/send.py), each durable call is a
 generator that yields requests (run_requests.py) and receives their answers:
 
     Query        one named statement on the run's connection
@@ -18,7 +18,7 @@ generator that yields requests (run_requests.py) and receives their answers:
     Gate         the effect gate (effects.gate) at the frontier
 
 Two shells drive it: WorkflowContext (context.py) serves each request in the run's thread on
-its connection; AsyncWorkflowContext (async_context.py) on the event loop with pooled
+its connection; AsyncWorkflowContext (aio/context.py) on the event loop with pooled
 connections. A database fault a driver meets unwinds the run as DatabaseLost (run_end.py,
 rule 1); exceptions a driver raises are thrown in where the request was made.
 """

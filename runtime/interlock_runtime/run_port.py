@@ -1,7 +1,7 @@
 """RunPort: the internal interface of a workflow run, the one way into a run from outside the
 run engine (run_engine.py; its EnginePort implements it over a connection).
 
-Its users are the effect gate (effects.py and the effect_* modules) and orphan recovery
+Its users are the effect gate (effects/ and the effect_* modules) and orphan recovery
 (runtime.py); context.port_of(ctx) returns a context's port. Every member is listed here and
 nothing else of the engine is reached into. Workflow code never sees it: it is not part of
 the public API.

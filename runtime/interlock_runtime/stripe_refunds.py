@@ -44,9 +44,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "pip install 'interlock-runtime[stripe]'"
     ) from exc
 
-from .effect_spec import check_target, timing_values
+from .effects.spec import check_target, timing_values
+from .effects.targets import NoLookup
 from .errors import InvalidInput, TargetRejected
-from .targets import NoLookup
 
 if TYPE_CHECKING:
     from stripe.params import RefundCreateParams
@@ -96,7 +96,7 @@ def _metadata_value(v: Any) -> str:
 
 class StripeRefundTarget:
     """Refunds of Stripe PaymentIntents: an
-    [`EffectTarget`][interlock_runtime.targets.EffectTarget].
+    [`EffectTarget`][interlock_runtime.effects.targets.EffectTarget].
 
     - `api_key`: the secret (or restricted) key; never shown in `repr` or errors.
     - `payment_intent`: the PaymentIntent every effect refunds, or `None` to take it from each

@@ -331,7 +331,7 @@ def _wrap(
     """fn with a span around each call: `span_of(*args)` names it and gives its attributes,
     `ended(span, out)` marks a normal end, `counted(out, *args)` counts it (with or without a
     span). fn may be a plain function, a coroutine function or a generator function (the
-    effect gate's parts, effect_send.Io): the span lasts until it returns. Without a tracer
+    effect gate's parts, effects.send.Io): the span lasts until it returns. Without a tracer
     provider at setup() the call goes straight through: no span object is made."""
 
     def opened(args: tuple[Any, ...]) -> Any:
@@ -445,7 +445,7 @@ def _count_effect(out: Any, call: Any, *rest: Any) -> None:
 def effect_span(fn: F) -> F:
     """effects._run(call): `interlock.effect` around one ctx.effect at the frontier, outcome
     its EffectResult status; counted in interlock.effects by outcome, tier and target. The
-    gate's parts are generators (effect_send.Io): the span lasts until the generator ends."""
+    gate's parts are generators (effects.send.Io): the span lasts until the generator ends."""
     if not ENABLED:
         return fn
     return _wrap(fn, lambda call, *rest: (EFFECT, _effect_attrs(call)),
@@ -454,7 +454,7 @@ def effect_span(fn: F) -> F:
 
 def effect_stage(name: str, on_none: str = "ok") -> Callable[[F], F]:
     """A stage of the gate, `fn(call, ...)`: dispatch, send, commit, recovery; a plain
-    function, a generator (effect_send.Io) or a coroutine function (the async send). Outcome:
+    function, a generator (effects.send.Io) or a coroutine function (the async send). Outcome:
     the EffectResult status it returns, `on_none` for None (dispatch: authorized to send),
     `ok` for anything else; a send that raises ends `rejected` (TargetRejected) or `unknown`."""
 
@@ -462,7 +462,7 @@ def effect_stage(name: str, on_none: str = "ok") -> Callable[[F], F]:
         status = getattr(out, "status", None)
         if out is None:
             status = on_none
-        elif type(out) is object:  # effect_send.NOT_SENT or NOT_LIVE: nothing was sent
+        elif type(out) is object:  # effects.send.NOT_SENT or NOT_LIVE: nothing was sent
             status = "not_sent"
         span.set_attribute(OUTCOME, status if isinstance(status, str) else "ok")
 

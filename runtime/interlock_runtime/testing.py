@@ -88,7 +88,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 class WorkerProcess:
-    """A real worker subprocess (`python -m interlock_runtime.worker`) with its event log."""
+    """A real worker subprocess (`python -m interlock_runtime.cli.worker`) with its event log."""
 
     def __init__(self, dsn: str, worker_id: str, log_dir: Path, module: str,
                  pythonpath: str = "", lease_ttl: float = 3.0, poll: float = 0.2,
@@ -99,7 +99,7 @@ class WorkerProcess:
         a harness may pass a fork server's, which skips the interpreter start."""
         self.worker_id = worker_id
         self.events_path = log_dir / f"{worker_id}.events.jsonl"
-        cmd = [sys.executable, "-m", "interlock_runtime.worker", "--dsn", dsn, "--module", module,
+        cmd = [sys.executable, "-m", "interlock_runtime.cli.worker", "--dsn", dsn, "--module", module,
                "--id", worker_id, "--lease-ttl", str(lease_ttl), "--poll", str(poll),
                "--concurrency", str(concurrency), *extra_args]  # fmt: skip
         path = os.pathsep.join(p for p in (pythonpath, os.environ.get("PYTHONPATH", "")) if p)

@@ -1,6 +1,6 @@
 """The hostile-input contract: every value a caller hands the runtime is checked here first.
 
-The client API (runtime.py) and the CLI (cli.py) call these before anything is written or
+The client API (runtime.py) and the CLI (cli/) call these before anything is written or
 even read: an id, a name, a number, a JSON document. A refusal is an `InvalidInput` whose
 message is one line saying what was wrong and what to pass instead; a value that passes is
 returned in the form the runtime stores. The limits are module constants, listed in

@@ -10,14 +10,9 @@ SIGTERM stops claiming; each running workflow finishes its current step, hands i
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import logging
 import os
 import random
-import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,18 +22,17 @@ from typing import Any
 
 import psycopg
 
-from . import db, durability, killpoints, local_postgres, migrations, run_end, timeouts, validate
-from .cli_parsing import Parser, checked
+from . import db, durability, killpoints, migrations, run_end, timeouts
 from .context import WorkflowContext, end_run
-from .errors import CodeChanged, DatabaseLost, UnsafeDatabase, is_database_fault
-from .events import LOG_FORMATS, LOG_LEVELS, emit, formatter, log
-from .queues import Claimer, served
+from .errors import DatabaseLost, is_database_fault
+from .events import emit, log
+from .queues import Claimer
 from .run_state import Run, workflow_input
 from .runtime import register_deployment
 from .schedules import Scheduler
-from .telemetry import claimed, configure_from_env, run_span, watch_database
+from .telemetry import claimed, run_span, watch_database
 from .telemetry import setup as telemetry_setup
-from .workflow import WorkflowDef, collect, definition
+from .workflow import WorkflowDef, definition
 
 
 class Backoff:
@@ -356,136 +350,6 @@ class Worker:
 def _wrong_worker(wf: WorkflowDef, serves_async: bool) -> str:
     if wf.is_async:
         return (f"workflow {wf.key} is `async def`: serve it with an asyncio worker "
-                "(`interlock worker --async`, or interlock_runtime.async_worker.AsyncWorker)")  # fmt: skip
+                "(`interlock worker --async`, or interlock_runtime.aio.worker.AsyncWorker)")  # fmt: skip
     return (f"workflow {wf.key} is a plain function: the asyncio worker serves `async def` "
             "workflows only; serve it with `interlock worker` (without --async)")  # fmt: skip
-
-
-# -- CLI ----------------------------------------------------------------------------------------
-
-
-MAX_CONCURRENCY = 256  # runs at once in one worker process
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The worker's options, each checked (finite, in range) so that `python -m
-    interlock_runtime.worker` refuses nonsense with one line and exit status 2, as `interlock
-    worker` does."""
-    p = Parser(prog="interlock worker", description="Run an Interlock worker.")
-    p.add_argument(
-        "--dsn", default=None, help="Postgres DSN (default: ILR_DSN or the local cluster)"
-    )
-    p.add_argument("--module", action="append", required=True,
-                   type=checked(lambda t: validate.name(t, "--module")),
-                   help="module defining @workflow functions (repeatable)")  # fmt: skip
-    p.add_argument("--id", dest="worker_id", default=None,
-                   type=checked(lambda t: validate.name(t, "--id")),
-                   help="worker id (default: host-pid)")  # fmt: skip
-    p.add_argument("--concurrency", default=4, help="runs at once",
-                   type=checked(lambda t: validate.count(t, "--concurrency", high=MAX_CONCURRENCY,
-                                                         from_text=True)))  # fmt: skip
-    p.add_argument("--lease-ttl", default=30.0, help="seconds a claim lives without a heartbeat",
-                   type=checked(lambda t: validate.number(t, "--lease-ttl", low=0.5, high=86_400,
-                                                          unit="seconds", from_text=True)))  # fmt: skip
-    p.add_argument("--max-clock-skew", default=0.0,
-                   help="seconds the clocks of the database servers a failover moves between may "
-                        "differ; the local lease deadline runs this much short of the lease",
-                   type=checked(lambda t: validate.number(t, "--max-clock-skew", low=0,
-                                                          high=3600, unit="seconds",
-                                                          from_text=True)))  # fmt: skip
-    p.add_argument("--poll", default=1.0, help="seconds between polls when no NOTIFY wakes it",
-                   type=checked(lambda t: validate.number(t, "--poll", low=0.01, high=3600,
-                                                          unit="seconds", from_text=True)))  # fmt: skip
-    p.add_argument("--only", default=None, help="serve only these name@version pairs (comma list)")
-    p.add_argument("--queue", default=None, metavar="Q[,Q...]",
-                   type=checked(lambda t: ",".join(served(t) or [])),
-                   help="serve only these queues, comma-separated (default: every queue)")  # fmt: skip
-    p.add_argument("--no-schedules", action="store_true",
-                   help="do not fire schedules (another worker does; default: fire them)")  # fmt: skip
-    p.add_argument("--allow-code-change", action="store_true",
-                   help="accept a changed code hash for a deployed (name, version)")  # fmt: skip
-    p.add_argument("--async", dest="use_async", action="store_true",
-                   help="an asyncio worker, for `async def` workflows (docs/async.md); chosen "
-                        "by itself when every workflow it serves is async")  # fmt: skip
-    p.add_argument("--log-format", choices=LOG_FORMATS, default=None,
-                   help="events on stderr as text lines or JSON lines (default: text on a "
-                        "terminal, json otherwise)")  # fmt: skip
-    p.add_argument("--log-level", choices=LOG_LEVELS, default="info",
-                   help="the least level of event shown: info shows every event, warning only "
-                        "the ones that say something went wrong or was refused (fenced, stuck, "
-                        "failed, timed_out, ...; docs/observability.md#logs)")  # fmt: skip
-    return p.parse_args(argv)
-
-
-def select_workflows(modules: list[str], only: str | None) -> list[WorkflowDef]:
-    try:
-        loaded = [importlib.import_module(m) for m in modules]
-    except ModuleNotFoundError as exc:
-        # imported as Python imports anything: the module's directory must be on sys.path
-        raise SystemExit(
-            f"interlock worker: cannot import {exc.name!r}; put the directory that holds it on "
-            f"PYTHONPATH (or run `python -m interlock_runtime.worker` from that directory)"
-        ) from None
-    defs = collect(loaded)
-    if not only:
-        return defs
-    wanted = {item.strip() for item in only.split(",") if item.strip()}
-    unknown = wanted - {d.key for d in defs}
-    if unknown:
-        raise SystemExit(
-            f"interlock worker: --only names {', '.join(sorted(unknown))}, which the modules do "
-            f"not define; they define: {', '.join(d.key for d in defs) or 'nothing'}"
-        )
-    return [d for d in defs if d.key in wanted]
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter(args.log_format or ("text" if sys.stderr.isatty() else "json")))
-    log.addHandler(handler)
-    log.setLevel(args.log_level.upper())
-    log.propagate = False
-    defs = select_workflows(args.module, args.only)
-    if not defs:
-        print(f"interlock worker: no @workflow found in {', '.join(args.module)}", file=sys.stderr)
-        return 1
-    cls = Worker
-    if args.use_async or all(d.is_async for d in defs):
-        # by name: async_worker builds on this module, which must not import it back
-        cls = importlib.import_module(f"{__package__}.async_worker").AsyncWorker
-    try:
-        worker = cls(
-            args.dsn or local_postgres.dsn(),
-            defs,
-            worker_id=args.worker_id,
-            concurrency=args.concurrency,
-            lease_ttl=args.lease_ttl,
-            max_clock_skew=args.max_clock_skew,
-            poll=args.poll,
-            allow_code_change=args.allow_code_change,
-            queues=None if args.queue is None else args.queue.split(","),
-            schedules=not args.no_schedules,
-        )
-    except ValueError as exc:
-        print(f"interlock worker: {exc}", file=sys.stderr)
-        return 2
-    configure_from_env()  # OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (docs/observability.md)
-    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-    signal.signal(signal.SIGINT, lambda *_: worker.stop())
-    try:
-        worker.run()
-    except UnsafeDatabase as exc:
-        print(f"interlock worker: {exc}", file=sys.stderr)
-        return 2
-    except CodeChanged as exc:
-        print(f"interlock worker: {exc}", file=sys.stderr)
-        print(
-            f"  recorded sha256: {exc.recorded}\n  this worker:     {exc.offered}", file=sys.stderr
-        )
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,7 +20,7 @@ import world.target
 from conftest import PAYMENT, wait_for
 from interlock_runtime import AsyncHttpTarget, HttpTarget, InvalidInput, Runtime, TargetRejected
 from interlock_runtime.effects import WATCHDOG_EXIT
-from interlock_runtime.targets import HttpTargetError, NoLookup
+from interlock_runtime.effects.targets import HttpTargetError, NoLookup
 
 
 def _target(url: str, tier: int, **kwargs) -> AsyncHttpTarget:
@@ -83,7 +83,7 @@ def test_async_http_target_refuses_redirects_and_names_the_missing_extra(monkeyp
     finally:
         server.shutdown()
     assert seen == ["/pay"]  # not followed
-    import interlock_runtime.targets as targets
+    import interlock_runtime.effects.targets as targets
 
     def missing(name: str):
         raise ImportError(name)

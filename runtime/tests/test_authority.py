@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from interlock_runtime import InvalidInput, Runtime, authority
-from interlock_runtime.approve_cli import main as approve_main
+from interlock_runtime.cli.approve import main as approve_main
 from interlock_runtime.journal import payload_hash
 from interlock_runtime.testing import wait_for
 

@@ -134,7 +134,8 @@ def test_every_verb_explains_a_database_that_is_down_or_a_dsn_that_is_malformed(
 def test_version_and_a_default_or_required_shown_for_every_option() -> None:
     import argparse
 
-    from interlock_runtime import approve_cli, cli
+    from interlock_runtime import cli
+    from interlock_runtime.cli import approve as approve_cli
 
     out = subprocess.run([sys.executable, "-m", "interlock_runtime.cli", "--version"],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
@@ -222,7 +223,7 @@ def test_verbs_with_parsers_of_their_own_are_checked_too(dsn, conn, capsys) -> N
 
 
 def test_the_worker_module_itself_refuses_nonsense_with_one_line() -> None:
-    """`python -m interlock_runtime.worker`, not only `interlock worker`, checks its numbers."""
+    """`python -m interlock_runtime.cli.worker`, not only `interlock worker`, checks its numbers."""
     import subprocess
     import sys
     from pathlib import Path
@@ -230,7 +231,7 @@ def test_the_worker_module_itself_refuses_nonsense_with_one_line() -> None:
     for bad in (["--lease-ttl", "-1"], ["--concurrency", "0"], ["--poll", "nan"],
                 ["--lease-ttl", "1e308"], ["--module", "bad\x01name"]):  # fmt: skip
         proc = subprocess.run(
-            [sys.executable, "-m", "interlock_runtime.worker", "--module", "flows", *bad],
+            [sys.executable, "-m", "interlock_runtime.cli.worker", "--module", "flows", *bad],
             capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent,
         )  # fmt: skip
         assert proc.returncode == 2, (bad, proc.stderr)

@@ -46,7 +46,7 @@ def test_the_worker_refuses_a_skew_it_cannot_honour(dsn) -> None:
                                   ["--max-clock-skew", "nan"]])  # fmt: skip
 def test_the_cli_refuses_a_skew_it_cannot_honour_with_exit_2(dsn, args) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "interlock_runtime.worker", "--dsn", dsn, "--module", "flows",
+        [sys.executable, "-m", "interlock_runtime.cli.worker", "--dsn", dsn, "--module", "flows",
          *args], cwd=TESTS, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr

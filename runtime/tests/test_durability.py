@@ -27,7 +27,7 @@ def test_a_client_refuses_synchronous_commit_off(dsn: str) -> None:
 
 def test_a_worker_refuses_to_start_and_says_what_to_change(dsn: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "interlock_runtime.worker", "--module", "flows",
+        [sys.executable, "-m", "interlock_runtime.cli.worker", "--module", "flows",
          "--dsn", _with_options(dsn, "-c synchronous_commit=off")],
         capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent,
     )  # fmt: skip

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 
 def test_approve_cli_refuses_bad_input_clearly(dsn, capsys) -> None:
-    """`interlock approve` (interlock_runtime.approve_cli): nothing is approved on bad input."""
+    """`interlock approve` (interlock_runtime.cli.approve): nothing is approved on bad input."""
     import flows
 
     from interlock_runtime import Runtime
-    from interlock_runtime.approve_cli import main
+    from interlock_runtime.cli.approve import main
 
     assert main(["wf-x"]) == 2  # --by is required
     assert main(["wf-x", "--payload", "{nope", "--by", "alice", "--dsn", dsn]) == 2

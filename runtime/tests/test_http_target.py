@@ -1,4 +1,4 @@
-"""HttpTarget (interlock_runtime.targets) against the real local payment target (world/target.py):
+"""HttpTarget (interlock_runtime.effects.targets) against the real local payment target (world/target.py):
 effects driven end to end by real worker subprocesses serving the workflows below (this module
 is also the workers' `--module`), and the target's answers checked one by one.
 
@@ -24,7 +24,7 @@ from interlock_runtime import (
     workflow,
 )
 from interlock_runtime.effects import check_target
-from interlock_runtime.targets import HttpTargetError, NoLookup, QueryableTarget
+from interlock_runtime.effects.targets import HttpTargetError, NoLookup, QueryableTarget
 
 MODULE = "test_http_target"  # the workers import this module for its workflow
 

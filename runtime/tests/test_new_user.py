@@ -253,7 +253,7 @@ def test_new_user_installs_the_wheel_and_sends_an_approved_invoice_mail(
     # Only the product is importable there, from the virtualenv, not from the checkout.
     probe = textwrap.dedent("""\
         import importlib, json, sys
-        import interlock_runtime, interlock_runtime.targets
+        import interlock_runtime, interlock_runtime.effects.targets
         dev = {}
         for name in sys.argv[1:]:
             try:

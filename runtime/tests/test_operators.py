@@ -1,5 +1,5 @@
 """Operator identity (issue 19): password hashes, `interlock operator add|list|disable`,
-sessions and the audit table, on real Postgres (console/auth.py, operator_cli.py)."""
+sessions and the audit table, on real Postgres (console/auth.py, cli/operator.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""receipts.py: bundles, signatures, verify() on realistic journals, tamper detection, the CLI.
+"""receipts/: bundles, signatures, verify() on realistic journals, tamper detection, the CLI.
 
 The journals follow docs/design.md#gated-effects entry by entry (T_dispatch, T_commit, recovery, late results) for
 the refund case of docs/design.md#refund-case; they are built here with journal.seal, without a database.

@@ -19,8 +19,8 @@ import stripe
 
 from interlock_runtime import InvalidInput, TargetRejected
 from interlock_runtime.effects import check_target
+from interlock_runtime.effects.targets import EffectTarget, QueryableTarget
 from interlock_runtime.stripe_refunds import StripeRefundTarget, retry_plan
-from interlock_runtime.targets import EffectTarget, QueryableTarget
 from world.targets_for_tests import TargetFactory
 
 PAY = "pay_881"
@@ -141,7 +141,7 @@ def test_premises_from_the_premises_payment(make_target) -> None:
 
 
 def test_import_interlock_runtime_does_not_import_stripe() -> None:
-    code = ("import sys, interlock_runtime, interlock_runtime.targets\n"
+    code = ("import sys, interlock_runtime, interlock_runtime.effects.targets\n"
             "assert 'stripe' not in sys.modules, 'stripe imported'\n"
             "assert 'interlock_runtime.stripe_refunds' not in sys.modules\n")  # fmt: skip
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

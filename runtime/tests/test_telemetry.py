@@ -46,7 +46,7 @@ from interlock_runtime import (  # noqa: E402
     telemetry,
     workflow,
 )
-from interlock_runtime.async_worker import AsyncWorker  # noqa: E402
+from interlock_runtime.aio.worker import AsyncWorker  # noqa: E402
 from interlock_runtime.events import JsonLines, TextLines, log  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

@@ -73,7 +73,7 @@ def pinned(ctx, inp):
 
 
 def _worker_cmd(dsn: str, module_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "interlock_runtime.worker", "--dsn", dsn, "--module",
+    return [sys.executable, "-m", "interlock_runtime.cli.worker", "--dsn", dsn, "--module",
             "pinned_flows", "--id", "P", "--poll", "0.2", *extra]  # fmt: skip
 
 
@@ -109,7 +109,7 @@ def test_changed_code_hash_exits_2_unless_allowed(dsn, tmp_path) -> None:
 
 def test_only_serves_the_named_pairs_and_rejects_unknown_ones(dsn, tmp_path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "interlock_runtime.worker", "--dsn", dsn, "--module", "flows",
+        [sys.executable, "-m", "interlock_runtime.cli.worker", "--dsn", dsn, "--module", "flows",
          "--only", "three_steps@9"],
         env=dict(os.environ, PYTHONPATH=str(TESTS)), capture_output=True, text=True, timeout=30,
     )  # fmt: skip

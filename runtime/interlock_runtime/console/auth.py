@@ -15,7 +15,7 @@ Every login, refused login, logout and every action of the console is a row of
 ilr.operator_audit (append-only); the actions write theirs in the same transaction as the
 action itself (store.py). All SQL is in sql/queries.sql.
 
-Depends only on the standard library and psycopg: `interlock operator` (operator_cli.py) uses
+Depends only on the standard library and psycopg: `interlock operator` (cli/operator.py) uses
 it without the console extra.
 """
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import psycopg
 
-from .. import approve_cli, db, journal, query_cli, receipts
+from .. import db, journal, receipts
 from ..errors import InvalidInput, WorkflowConflict, WorkflowNotFound
 from ..run_state import APPROVAL_SIGNAL
 from ..runtime import Runtime, approve_in, cancel_in, check_id, revoke_in
+from ..views import decided, proposed_payload, status_json
 from ..vocabulary import LIVE_STATUSES, WorkflowStatus
 from . import auth
 
@@ -36,10 +37,10 @@ def fingerprint(wf_id: str, payload: Any, facts: Any) -> str:
 def proposal(wf: dict[str, Any]) -> dict[str, Any]:
     """What a waiting workflow proposes for approval (ctx.wait_approval's proposal, else the
     payload of its latest decision) and the facts of that decision, as `interlock approve`."""
-    decision = approve_cli.decided(wf)
+    decision = decided(wf)
     payload, problem = None, None
     try:
-        payload = approve_cli.proposed_payload(wf, decision)
+        payload = proposed_payload(wf, decision)
     except ValueError as exc:
         problem = str(exc)
     facts = decision.get("premises") if decision else None
@@ -162,7 +163,7 @@ class Store:
         wf["signals"] = self._rows(db.query("console_signals"), {"wf": wf_id})
         wf["approved"] = approved_pending(wf)
         # what the workflow published with ctx.set_status, of this run (not a successor's)
-        wf["published"] = query_cli.as_json(self.rt.status_record(wf_id, follow=False))
+        wf["published"] = status_json(self.rt.status_record(wf_id, follow=False))
         return wf
 
     def inbox(self) -> list[dict[str, Any]]:

@@ -557,7 +557,7 @@ select target, threshold, cooldown, consecutive_failures, opened_at,
 select ilr.end_workflow_grants(%(wf)s, 'workflow finished') as ended;
 
 -- ============================================================================================
--- Operators of the console: accounts, sessions, audit (console/auth.py, operator_cli.py).
+-- Operators of the console: accounts, sessions, audit (console/auth.py, cli/operator.py).
 -- ============================================================================================
 
 -- name: operator_insert

@@ -38,21 +38,19 @@ The CLI: `python -m interlock_runtime.receipts FILE [--public-key PEM | --key-ri
 valid and signed by a given key, 1 invalid, 2 unreadable input, 3 not established.
 `interlock keygen --out DIR` makes a key pair.
 
-This module gathers the receipt API; the code lives in:
+This package gathers the receipt API; the code lives in its modules:
 
-    receipt_bundle    building and signing a bundle (bundle, sign), its JSON text (dumps, loads)
-    receipt_keys      Ed25519 keys: generate, PEM files, key ids, KeyRing
-    receipt_verify    verify(): the problems, the signatures, the claims
-    receipt_analysis  the walk over the entries behind verify()
-    receipt_cli       `interlock verify` (main), `interlock keygen`, and checklist()
+    bundle    building and signing a bundle (bundle, sign), its JSON text (dumps, loads)
+    keys      Ed25519 keys: generate, PEM files, key ids, KeyRing
+    verify    verify(): the problems, the signatures, the claims
+    analysis  the walk over the entries behind verify()
+    cli       `interlock verify` (main), `interlock keygen`, and checklist()
 """
 
 from __future__ import annotations
 
-import sys
-
-from .receipt_analysis import RESEND_VIAS
-from .receipt_bundle import (
+from .analysis import RESEND_VIAS
+from .bundle import (
     BUNDLE_FIELDS,
     BUNDLE_FIELDS_V2,
     FORMAT,
@@ -68,9 +66,9 @@ from .receipt_bundle import (
     loads,
     sign,
 )
-from .receipt_bundle import _hmac as _hmac  # the tests recompute a signature with it
-from .receipt_cli import KEY_ENV, build_parser, checklist, exit_status, keygen_main, main
-from .receipt_keys import (
+from .bundle import _hmac as _hmac  # the tests recompute a signature with it
+from .cli import KEY_ENV, build_parser, checklist, exit_status, keygen_main, main
+from .keys import (
     INSTALL_HINT,
     KeyFileError,
     KeyRing,
@@ -83,7 +81,7 @@ from .receipt_keys import (
     public_pem,
     write_key_pair,
 )
-from .receipt_verify import ENTRY_FRAME, ESTABLISHED, FAILED, NOT_ESTABLISHED, verify
+from .verify import ENTRY_FRAME, ESTABLISHED, FAILED, NOT_ESTABLISHED, verify
 
 __all__ = [
     "BUNDLE_FIELDS",
@@ -124,6 +122,3 @@ __all__ = [
     "verify",
     "write_key_pair",
 ]
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,19 +1,19 @@
 """The submit path (docs/design.md#gated-effects a-c): read the premises, then T_dispatch, fenced, in the spec's
 order: bind the payload, cancel, the circuit breaker, the grant FOR SHARE, the local premises,
-AUTHORIZED + DISPATCHED and the send deadline; then the send (effect_commit)."""
+AUTHORIZED + DISPATCHED and the send deadline; then the send (effects.commit)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from . import db, journal, killpoints
-from .effect_authority import grant_checks, local_violations
-from .effect_call import Chain, EffectCall, journal_entries
-from .effect_commit import send_and_commit
-from .effect_results import EffectResult
-from .effect_send import Io
-from .telemetry import DISPATCH, effect_stage
+from .. import db, journal, killpoints
+from ..telemetry import DISPATCH, effect_stage
+from .authority import grant_checks, local_violations
+from .call import Chain, EffectCall, journal_entries
+from .commit import send_and_commit
+from .results import EffectResult
+from .send import Io
 
 
 def submit(call: EffectCall) -> Io[EffectResult]:

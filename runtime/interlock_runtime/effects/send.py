@@ -28,11 +28,11 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..telemetry import SEND, effect_stage
 from .targets import SHORT_LOOP
-from .telemetry import SEND, effect_stage
 
 if TYPE_CHECKING:
-    from .effect_call import EffectCall
+    from .call import EffectCall
 
 MIN_SEND_BUDGET = 1.0  # seconds: below this, do not start a send (docs/design.md#send-deadline)
 WATCHDOG_EXIT = 75  # os._exit status when a send outlives its deadline

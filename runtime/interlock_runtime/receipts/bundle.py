@@ -1,5 +1,5 @@
 """A receipt bundle: building one from an effect's journal, signing it, and its strict JSON
-text (the formats are described in receipts.py)."""
+text (the formats are described in receipts/)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import journal, receipt_keys
+from .. import journal
+from . import keys as receipt_keys
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

@@ -3,8 +3,8 @@ it for breaker_cooldown seconds; T_dispatch refuses while it is open (REFUSED:ci
 
 from __future__ import annotations
 
-from . import db
-from .effect_spec import TargetSpec
+from .. import db
+from .spec import TargetSpec
 
 
 class Breaker:

@@ -27,11 +27,11 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from . import local_postgres, schedules, validate
-from .cli_parsing import Parser, checked
-from .errors import DatabaseUnreachable, InterlockError, InvalidInput
-from .runtime import Runtime
-from .vocabulary import ScheduleOverlap
+from .. import local_postgres, schedules, validate
+from ..cli_parsing import Parser, checked
+from ..errors import DatabaseUnreachable, InterlockError, InvalidInput
+from ..runtime import Runtime
+from ..vocabulary import ScheduleOverlap
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*$")
@@ -147,7 +147,7 @@ def _check(args: argparse.Namespace) -> None:
     if getattr(args, "note", None) is not None:
         validate.text(args.note, "--note", max_chars=1000)
     if args.dsn is not None:
-        from . import db
+        from .. import db
 
         db.check_dsn(args.dsn)
 

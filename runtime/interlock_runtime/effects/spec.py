@@ -1,12 +1,12 @@
 """What the gate reads from a target object: TargetSpec, checked by check_target before
-anything is written (the contract itself is documented in interlock_runtime.targets)."""
+anything is written (the contract itself is documented in interlock_runtime.effects.targets)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
 
 DEFAULT_DEDUP_MARGIN = 600.0  # seconds; tier 1 is safe only with margin > timeout + settle (C2)
 TARGET_DEFAULTS = {"send_timeout": 35.0, "settle_margin": 10.0, "premise_max_age": 5.0,

@@ -21,10 +21,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import db, local_postgres, migrations, validate
-from . import queues as queueing
-from .cli_parsing import Parser, checked
-from .errors import DatabaseUnreachable, InterlockError, InvalidInput
+from .. import db, local_postgres, migrations, validate
+from .. import queues as queueing
+from ..cli_parsing import Parser, checked
+from ..errors import DatabaseUnreachable, InterlockError, InvalidInput
 
 COLUMNS = ["name", "concurrency", "worker_concurrency", "per_key_concurrency", "rate",
            "per_key_rate", "running", "ready", "waiting", "awaiting_worker"]  # fmt: skip

@@ -16,20 +16,21 @@ A2 the target settles any request within settle_margin after send_deadline;
 A3 external premises are true as of their read; only local SQL premises are atomic with dispatch;
 A4 durable commits; A5 database and worker clocks differ in rate by less than settle_margin.
 
-This module is ctx.effect's entry (run_effect) and orphan recovery's (resolve_orphan); it
-re-exports the gate's public names. The gate, one concern per module:
+This package's entry is ctx.effect's (run_effect, or gate for a shell that drives it) and
+orphan recovery's (resolve_orphan); it re-exports the gate's public names. The gate, one
+concern per module:
 
-    effect_results         EffectResult, EffectRefused: what ctx.effect returns
-    effect_spec            TargetSpec, check_target, target_action: what a target declares
-    effect_call            EffectCall (one call's state), its hash chain and step row
-    effect_authority       the grant and local premise checks as the journal records them
-    effect_dispatch        the submit path: T_dispatch
-    effect_send            the watched send (the watchdog) and the drivers of the gate's requests
-    effect_commit          T_commit, the late result, definite failure, the settle audit
-    effect_recovery        T_resolve: the recovery table
-    effect_breaker         the circuit breaker
-    effect_postconditions  verified completion
-    run_port               RunPort: all the gate uses of a workflow run (from context.py)
+    results         EffectResult, EffectRefused: what ctx.effect returns
+    spec            TargetSpec, check_target, target_action: what a target declares
+    call            EffectCall (one call's state), its hash chain and step row
+    authority       the grant and local premise checks as the journal records them
+    dispatch        the submit path: T_dispatch
+    send            the watched send (the watchdog) and the drivers of the gate's requests
+    commit          T_commit, the late result, definite failure, the settle audit
+    recovery        T_resolve: the recovery table
+    breaker         the circuit breaker
+    postconditions  verified completion
+    ../run_port     RunPort: all the gate uses of a workflow run (from the run engine)
 """
 
 from __future__ import annotations
@@ -38,22 +39,22 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import db, journal
-from .effect_call import EffectCall
-from .effect_dispatch import submit
-from .effect_recovery import recover
-from .effect_results import STATUSES, EffectRefused, EffectResult
-from .effect_send import MIN_SEND_BUDGET, WATCHDOG_EXIT, Io, drive
-from .effect_spec import (
+from .. import db, journal
+from ..errors import InvalidInput
+from ..run_port import RunPort
+from ..telemetry import effect_span
+from .call import EffectCall
+from .dispatch import submit
+from .recovery import recover
+from .results import STATUSES, EffectRefused, EffectResult
+from .send import MIN_SEND_BUDGET, WATCHDOG_EXIT, Io, drive
+from .spec import (
     DEFAULT_DEDUP_MARGIN,
     TARGET_DEFAULTS,
     TargetSpec,
     check_target,
     target_action,
 )
-from .errors import InvalidInput
-from .run_port import RunPort
-from .telemetry import effect_span
 
 __all__ = [
     "DEFAULT_DEDUP_MARGIN",
@@ -142,7 +143,7 @@ def run_prepared(port: RunPort, p: Prepared, seq: int, row: db.Row | None, *,
                  compensation: bool = False, raise_on_refusal: bool = False,
                  decision: Any = None) -> EffectResult:  # fmt: skip
     """A prepared call at its place `seq`: the recorded result (row), or the gate at the
-    frontier, its requests served in this thread (effect_send.drive)."""
+    frontier, its requests served in this thread (effects.send.drive)."""
     return drive(gate(port, p, seq, row, compensation=compensation,
                       raise_on_refusal=raise_on_refusal, decision=decision))  # fmt: skip
 
@@ -150,7 +151,7 @@ def run_prepared(port: RunPort, p: Prepared, seq: int, row: db.Row | None, *,
 def gate(port: RunPort, p: Prepared, seq: int, row: db.Row | None, *,
          compensation: bool = False, raise_on_refusal: bool = False,
          decision: Any = None) -> Io[EffectResult]:  # fmt: skip
-    """run_prepared without a driver: the asyncio worker drives it (effect_send.drive_async)."""
+    """run_prepared without a driver: the asyncio worker drives it (effects.send.drive_async)."""
     if row is not None:
         out = EffectResult(**row["output"])
     else:

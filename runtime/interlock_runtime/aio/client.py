@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .runtime import ResultWait, Runtime
+from ..runtime import ResultWait, Runtime
 
 
 class AsyncRuntime:

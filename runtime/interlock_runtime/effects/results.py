@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .vocabulary import LANDED_RESULTS, ResultStatus
+from ..vocabulary import LANDED_RESULTS, ResultStatus
 
 STATUSES = ResultStatus.values()
 

@@ -25,36 +25,10 @@ import json
 import sys
 from typing import Any
 
-from . import validate
-from .cli_parsing import Parser, checked
-from .errors import DatabaseUnreachable, InterlockError
-
-
-def decided(wf: dict[str, Any], name: str | None = None) -> dict[str, Any] | None:
-    """The latest recorded decision of a described workflow (optionally by step name); None
-    when it made none (an error if `name` names one it has not made)."""
-    steps = [s for s in wf.get("steps") or [] if s.get("kind") == "decide"
-             and (name is None or s.get("name") == name) and s.get("output") is not None]  # fmt: skip
-    if not steps:
-        if name is not None:
-            raise ValueError(f"workflow {wf.get('id')!r} has no recorded decision named {name!r} "
-                             "(interlock describe shows its steps)")  # fmt: skip
-        return None
-    output: dict[str, Any] = steps[-1]["output"]
-    return output
-
-
-def proposed_payload(wf: dict[str, Any], decision: dict[str, Any] | None) -> Any:
-    """What the workflow proposes for approval, or ValueError saying how to give it."""
-    waiting = wf.get("waiting") or {}
-    if isinstance(waiting, dict) and "proposal" in waiting:
-        return waiting["proposal"]
-    response = (decision or {}).get("response")
-    if isinstance(response, dict) and "payload" in response:
-        return response["payload"]
-    raise ValueError(f"workflow {wf.get('id')!r} proposes no payload (it does not wait in "
-                     "ctx.wait_approval(proposal), and no decision answered with a payload): "
-                     "pass the exact payload with --payload JSON")  # fmt: skip
+from .. import validate
+from ..cli_parsing import Parser, checked
+from ..errors import DatabaseUnreachable, InterlockError
+from ..views import decided, proposed_payload
 
 
 def approve(rt: Any, wf_id: str, *, by: str, payload: Any = None, action: str | None = None,
@@ -96,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    from . import local_postgres
-    from .runtime import Runtime
+    from .. import local_postgres
+    from ..runtime import Runtime
 
     try:
         payload = None if args.payload is None else validate.parse_json(args.payload, "--payload")

@@ -21,10 +21,10 @@ import sys
 from datetime import datetime
 from typing import TextIO
 
-from . import db, local_postgres, migrations
-from .cli_parsing import HelpFormatter
-from .console import auth
-from .errors import DatabaseUnreachable, InterlockError, InvalidInput
+from .. import db, local_postgres, migrations
+from ..cli_parsing import HelpFormatter
+from ..console import auth
+from ..errors import DatabaseUnreachable, InterlockError, InvalidInput
 
 COLUMNS = ["name", "created_at", "created_by", "disabled_at", "sessions", "last_login"]
 

@@ -7,21 +7,21 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from . import db, killpoints
-from .effect_call import EffectCall
-from .effect_postconditions import post_failed, post_holds
-from .effect_results import EffectResult
-from .effect_send import NOT_LIVE, NOT_SENT, Io, Pause, Send, target_read
-from .errors import Fenced, TargetRejected
-from .events import emit
-from .telemetry import COMMIT, effect_stage
+from .. import db, killpoints
+from ..errors import Fenced, TargetRejected
+from ..events import emit
+from ..telemetry import COMMIT, effect_stage
+from .call import EffectCall
+from .postconditions import post_failed, post_holds
+from .results import EffectResult
+from .send import NOT_LIVE, NOT_SENT, Io, Pause, Send, target_read
 
 
 def send_and_commit(call: EffectCall, t0: float, via: str | None,
                     rechecked: Any = None) -> Io[EffectResult]:  # fmt: skip
     """Send (the first send when via is None, else a resend decided by T_resolve) and record
     the outcome. `t0` is when the send's stopwatch started. The send is this module's one
-    request to the driver (effect_send): the watched send, inline or awaited."""
+    request to the driver (effects.send): the watched send, inline or awaited."""
     after_send = "effect_after_send" if via is None else "resolve_after_send"
     try:
         result = yield Send(call, t0)

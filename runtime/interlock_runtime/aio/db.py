@@ -21,7 +21,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from . import db
+from .. import db
 
 AConn = psycopg.AsyncConnection[db.Row]
 """An async connection: autocommit, rows as dicts, like db.Conn."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from psycopg import sql
 
-from . import authority, db
+from .. import authority, db
 
 
 def grant_snapshot(grant: db.Row | None, grant_id: str) -> dict[str, Any]:

@@ -8,14 +8,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import db, journal, killpoints
-from .effect_authority import grant_checks, local_violations
-from .effect_call import EffectCall, journal_entries
-from .effect_commit import send_and_commit
-from .effect_postconditions import post_holds
-from .effect_results import EffectResult
-from .effect_send import Io, target_read
-from .telemetry import RECOVERY, effect_stage
+from .. import db, journal, killpoints
+from ..telemetry import RECOVERY, effect_stage
+from .authority import grant_checks, local_violations
+from .call import EffectCall, journal_entries
+from .commit import send_and_commit
+from .postconditions import post_holds
+from .results import EffectResult
+from .send import Io, target_read
 
 
 @effect_stage(RECOVERY, on_none="again")

@@ -8,9 +8,10 @@ import hmac
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import journal, receipt_keys
-from .receipt_analysis import analyse
-from .receipt_bundle import (
+from .. import journal
+from . import keys as receipt_keys
+from .analysis import analyse
+from .bundle import (
     BUNDLE_FIELDS,
     BUNDLE_FIELDS_V2,
     FORMAT,

@@ -2,8 +2,8 @@
 
 An *effect target* is the object passed as `ctx.effect(target, ...)`: it sends one external
 effect (a refund, a payment, an email) and tells the runtime what it knows about the outcome.
-[`EffectTarget`][interlock_runtime.targets.EffectTarget] documents what the runtime reads from
-such an object; [`HttpTarget`][interlock_runtime.targets.HttpTarget] is a ready-made one for
+[`EffectTarget`][interlock_runtime.effects.targets.EffectTarget] documents what the runtime reads from
+such an object; [`HttpTarget`][interlock_runtime.effects.targets.HttpTarget] is a ready-made one for
 any HTTP API that takes a JSON body and honours (tier 1) or records (tier 2) an
 `Idempotency-Key` header.
 
@@ -26,9 +26,9 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from .effect_spec import check_target, timing_values
-from .errors import InterlockError, InvalidInput, TargetRejected
-from .telemetry import trace_headers
+from ..errors import InterlockError, InvalidInput, TargetRejected
+from ..telemetry import trace_headers
+from .spec import check_target, timing_values
 
 __all__ = [
     "AsyncHttpTarget",
@@ -54,7 +54,7 @@ class EffectTarget(Protocol):
 
     - `queryable: bool` (`tier == 2`): the target answers `query(effect_id, payload)`. Tier 2
       requires it; a queryable target must have a `query` method (see
-      [`QueryableTarget`][interlock_runtime.targets.QueryableTarget]). Set it to `False` at
+      [`QueryableTarget`][interlock_runtime.effects.targets.QueryableTarget]). Set it to `False` at
       tier 3: the runtime also queries a queryable target after a definite refusal, at any
       tier.
     - `send_timeout: float` (35): the local send deadline. The stopwatch starts just before
@@ -161,7 +161,7 @@ class EffectTarget(Protocol):
 
 @runtime_checkable
 class QueryableTarget(EffectTarget, Protocol):
-    """An [`EffectTarget`][interlock_runtime.targets.EffectTarget] that answers lookups: required
+    """An [`EffectTarget`][interlock_runtime.effects.targets.EffectTarget] that answers lookups: required
     at tier 2, optional at tier 1 (used when the dedup window may have passed, or when the
     grant or premises no longer hold at recovery), not for tier 3."""
 
@@ -474,7 +474,7 @@ class HttpTarget(_HttpDeclared):
       `TargetRejected(reason, {"status": ..., "body": ...})`, a definite refusal. `reason` is
       the body's `error` (a string, or an object's `code` or `type`), else `http_<status>`.
     - 408, 409 (the key is in use by a request still being processed), 429, 3xx, 5xx:
-      raises [`HttpTargetError`][interlock_runtime.targets.HttpTargetError]; timeouts and
+      raises [`HttpTargetError`][interlock_runtime.effects.targets.HttpTargetError]; timeouts and
       connection errors raise the underlying `OSError` (`TimeoutError`,
       `ConnectionRefusedError`, ...). The runtime treats all of these as "may have happened".
 
@@ -558,7 +558,7 @@ class HttpTarget(_HttpDeclared):
 
     def query(self, effect_id: str, payload: Any = None) -> Any:
         """Ask whether `effect_id` landed, through `lookup` (see the class documentation).
-        Raises [`NoLookup`][interlock_runtime.targets.NoLookup] when there is none."""
+        Raises [`NoLookup`][interlock_runtime.effects.targets.NoLookup] when there is none."""
         if self._lookup is None:
             raise self._no_lookup()
         if callable(self._lookup):
@@ -568,7 +568,7 @@ class HttpTarget(_HttpDeclared):
 
 class AsyncHttpTarget(_HttpDeclared):
     """HttpTarget for `async def` workflows: the same arguments, checks, headers and reading
-    of every answer (see [`HttpTarget`][interlock_runtime.targets.HttpTarget]), with `apply`
+    of every answer (see [`HttpTarget`][interlock_runtime.effects.targets.HttpTarget]), with `apply`
     and `query` coroutines, so that a run waiting on the server costs a coroutine on the
     worker's event loop, not a thread (docs/async.md#effects).
 
@@ -654,7 +654,7 @@ def _httpx() -> Any:
                            "'interlock-runtime[async-http]'") from None  # fmt: skip
 
 
-# True inside an event loop made for one call (effect_send runs an async target's coroutine
+# True inside an event loop made for one call (effects.send runs an async target's coroutine
 # with asyncio.run from a plain worker's thread): a pooled client would outlive its loop.
 SHORT_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar("interlock_short_loop",
                                                                   default=False)  # fmt: skip

@@ -46,14 +46,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import local_postgres, validate
-from . import queues as queueing
-from .cli_parsing import Parser, checked
-from .errors import DatabaseUnreachable, InterlockError, InvalidInput
-from .vocabulary import WorkflowStatus
+from .. import local_postgres, validate
+from .. import queues as queueing
+from ..cli_parsing import Parser, checked
+from ..errors import DatabaseUnreachable, InterlockError, InvalidInput
+from ..vocabulary import WorkflowStatus
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from ..runtime import Runtime
 
 
 def _pg(args: argparse.Namespace) -> int:
@@ -96,7 +96,7 @@ def _worker(rest: list[str]) -> int:
 def _check_dsn(dsn: str | None) -> None:
     """A --dsn that cannot be parsed is invalid input, refused before anything connects."""
     if dsn is not None:
-        from . import db
+        from .. import db
 
         db.check_dsn(dsn)
 
@@ -133,13 +133,13 @@ def _dump(value: Any) -> None:
 
 
 def _runtime(args: argparse.Namespace) -> Runtime:
-    from .runtime import Runtime
+    from ..runtime import Runtime
 
     return Runtime(args.dsn or local_postgres.dsn())
 
 
 def _connect(args: argparse.Namespace) -> Any:
-    from . import db
+    from .. import db
 
     return db.connect_explained(args.dsn or local_postgres.dsn())
 
@@ -189,7 +189,7 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _query(args: argparse.Namespace) -> int:
-    from .query_cli import show
+    from .query import show
 
     with _runtime(args) as rt:
         return show(rt.status_record(args.id), args.json)
@@ -256,7 +256,7 @@ def _migrate(args: argparse.Namespace) -> int:
         if args.id is not None or args.to_version is not None:
             raise InvalidInput("--schema migrates the database schema: give no workflow id and "
                                "no --to-version with it")  # fmt: skip
-        from . import migrations
+        from .. import migrations
 
         with _connect(args) as conn:
             done = migrations.upgrade(conn)
@@ -295,7 +295,8 @@ def _receipt_key(args: argparse.Namespace) -> bytes | None:
 
 
 def _receipt(args: argparse.Namespace) -> int:
-    from . import receipt_cli, receipts
+    from .. import receipts
+    from ..receipts import cli as receipt_cli
 
     signer = receipt_cli.load_signing_key(args.signing_key) if args.signing_key else None
     with _runtime(args) as rt:
@@ -350,7 +351,7 @@ def _breaker(args: argparse.Namespace) -> int:
 
 
 def _roles(args: argparse.Namespace) -> int:
-    from . import db, migrations
+    from .. import db, migrations
 
     logins: dict[str, str] = {}
     for item in args.login:
@@ -366,7 +367,7 @@ def _roles(args: argparse.Namespace) -> int:
 
 
 def _db(args: argparse.Namespace) -> int:
-    from . import migrations
+    from .. import migrations
 
     with _connect(args) as conn:
         if args.action == "upgrade":
@@ -391,7 +392,7 @@ def _db(args: argparse.Namespace) -> int:
 
 
 def _timeout(text: str) -> float | None:
-    from . import timeouts
+    from .. import timeouts
 
     return timeouts.check_seconds(text, "--execution-timeout", from_text=True)
 
@@ -401,13 +402,13 @@ def _seconds(text: str) -> float | None:
 
 
 def _limit(text: str) -> int:
-    from .runtime import MAX_LIST_LIMIT
+    from ..runtime import MAX_LIST_LIMIT
 
     return validate.count(text, "the value", high=MAX_LIST_LIMIT, from_text=True)
 
 
 def _seq(text: str) -> int:
-    from .runtime import MAX_SEQ
+    from ..runtime import MAX_SEQ
 
     return validate.count(text, "the value", high=MAX_SEQ, from_text=True)
 
@@ -607,7 +608,7 @@ def _delegate(argv: list[str]) -> Callable[[], int] | None:
     if verb == "worker":  # the worker parses its own flags
         return lambda: _worker(rest)
     if verb == "watchdog":  # and the watchdog (a separate process by design)
-        from .watchdog import main as watchdog_main
+        from ..watchdog import main as watchdog_main
 
         def watchdog() -> int:
             for value in _option_values(rest, "--threshold"):
@@ -618,32 +619,32 @@ def _delegate(argv: list[str]) -> Callable[[], int] | None:
             return watchdog_main(rest)
 
         return watchdog
-    if verb == "approve":  # a person approves a decision (approve_cli.py)
-        from .approve_cli import main as approve_main
+    if verb == "approve":  # a person approves a decision (cli/approve.py)
+        from .approve import main as approve_main
 
         return lambda: approve_main(rest)
     if verb == "verify":  # so does the receipt verifier
-        from .receipt_cli import main as verify_main
+        from ..receipts.cli import main as verify_main
 
         return lambda: verify_main(rest)
     if verb == "keygen":  # and the receipt key pair maker
-        from .receipt_cli import keygen_main
+        from ..receipts.cli import keygen_main
 
         return lambda: keygen_main(rest)
     if verb == "console":  # the web console (the `console` extra), imported only here
-        from .console import main as console_main
+        from ..console import main as console_main
 
         return lambda: console_main(rest)
-    if verb == "schedule":  # durable schedules (schedule_cli.py)
-        from .schedule_cli import main as schedule_main
+    if verb == "schedule":  # durable schedules (cli/schedule.py)
+        from .schedule import main as schedule_main
 
         return lambda: schedule_main(rest)
-    if verb == "queue":  # queues and their limits (queue_cli.py)
-        from .queue_cli import main as queue_main
+    if verb == "queue":  # queues and their limits (cli/queue.py)
+        from .queue import main as queue_main
 
         return lambda: queue_main(rest)
-    if verb == "operator":  # console operators (operator_cli.py)
-        from .operator_cli import main as operator_main
+    if verb == "operator":  # console operators (cli/operator.py)
+        from .operator import main as operator_main
 
         return lambda: operator_main(rest)
     return None
@@ -664,7 +665,7 @@ def run(command: str, dsn: Callable[[], str], body: Callable[[], int]) -> int:
     line and exit 1; a closed stdout pipe ends quietly; never a traceback for any of these."""
     import psycopg
 
-    from . import db
+    from .. import db
 
     try:
         return body()

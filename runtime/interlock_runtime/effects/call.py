@@ -1,5 +1,5 @@
 """One gated effect call: EffectCall holds what every stage of the gate reads (dispatch in
-effect_dispatch, the send and commit in effect_commit, recovery in effect_recovery) and the
+effects.dispatch, the send and commit in effects.commit, recovery in effects.recovery) and the
 few things they share: the effect's hash chain (Chain), its step row, suspending the run
 until a time, and telling whose dispatch is open."""
 
@@ -10,12 +10,12 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any, NoReturn
 
-from . import db, journal
-from .effect_breaker import Breaker
-from .effect_results import EffectResult
-from .effect_spec import TargetSpec
-from .errors import Fenced, Suspend
-from .run_port import RunPort
+from .. import db, journal
+from ..errors import Fenced, Suspend
+from ..run_port import RunPort
+from .breaker import Breaker
+from .results import EffectResult
+from .spec import TargetSpec
 
 
 def journal_entries(conn: db.Conn, eid: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ at its place. Every durable call is the engine's (run_engine.py), as in the sync
 shell serves its requests on the event loop: statements and fenced transactions on async
 connections lent one transaction at a time, bodies as tasks on the loop (`async def`) or in
 the worker's threads (plain), the effect gate's database parts in threads and its send
-awaited on the loop (effect_send.drive_async).
+awaited on the loop (effects.send.drive_async).
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any, cast
 
-from . import async_db, db, timeouts
-from .async_db import AsyncPool, SyncPool
-from .context import RunView
-from .effect_send import drive as drive_gate
-from .effect_send import drive_async
-from .effects import gate, prepare
-from .errors import NonDeterminism
-from .run_end import Ending
-from .run_engine import EnginePort, RunEngine
-from .run_requests import Body, Calling, Gate, Io, Query, Transaction
-from .run_state import RetryPolicy, Run
+from .. import db, timeouts
+from ..context import RunView
+from ..effects import gate, prepare
+from ..effects.send import drive as drive_gate
+from ..effects.send import drive_async
+from ..errors import NonDeterminism
+from ..run_end import Ending
+from ..run_engine import EnginePort, RunEngine
+from ..run_requests import Body, Calling, Gate, Io, Query, Transaction
+from ..run_state import RetryPolicy, Run
+from . import db as async_db
+from .db import AsyncPool, SyncPool
 
 Coro = Coroutine[Any, Any, Any]
 
@@ -220,7 +221,7 @@ class AsyncWorkflowContext(RunView):
 
     async def _effect(self, request: Gate) -> Any:
         """The gate (the sync pipeline's own code, effects.gate) driven from the loop
-        (effect_send.drive_async): its database parts in the worker's gate threads on a
+        (effects.send.drive_async): its database parts in the worker's gate threads on a
         connection lent per part, the send awaited on the loop when the target's `apply` is
         async (a plain one is sent from a thread)."""
         port = EnginePort(self._engine, cast(db.Conn, None))

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from . import authority, journal
-from .vocabulary import ResendVia
+from .. import authority, journal
+from ..vocabulary import ResendVia
 
 # COMMITTED.via values that mean the effect was sent again (docs/design.md#gated-effects recovery table).
 RESEND_VIAS = ResendVia.values()

@@ -12,32 +12,14 @@ Exit status: 0 shown (also when the workflow has published nothing yet), 1 no su
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
-from . import codec
-
-
-def as_json(record: dict[str, Any]) -> dict[str, Any]:
-    """The record as `--json` prints it: `type` is the recorded class (null for plain JSON),
-    `value` the recorded data (its own nested typed parts keep their envelopes)."""
-    value = record["value"]
-    set_at = record["set_at"]
-    return {
-        "id": record["id"],
-        "workflow_status": record["workflow_status"],
-        "published": record["seq"] is not None,
-        "seq": record["seq"],
-        "epoch": record["epoch"],
-        "set_at": set_at.isoformat() if isinstance(set_at, datetime) else set_at,
-        "type": codec.type_of(value),
-        "value": codec.shown_value(value),
-    }
+from ..views import status_json
 
 
 def show(record: dict[str, Any], json_output: bool) -> int:
     """Print one status record; the exit status (0)."""
-    out = as_json(record)
+    out = status_json(record)
     if json_output:
         print(json.dumps(out, indent=2))
         return 0

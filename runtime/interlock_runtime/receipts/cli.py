@@ -20,14 +20,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import receipt_keys
-from .cli_parsing import HelpFormatter
-from .receipt_analysis import ts_text
-from .receipt_bundle import loads
-from .receipt_verify import ESTABLISHED, NOT_ESTABLISHED, NOT_SIGNED, verify
+from ..cli_parsing import HelpFormatter
+from . import keys as receipt_keys
+from .analysis import ts_text
+from .bundle import loads
+from .verify import ESTABLISHED, NOT_ESTABLISHED, NOT_SIGNED, verify
 
 if TYPE_CHECKING:
-    from .receipt_verify import VerifyKey
+    from .verify import VerifyKey
 
 KEY_ENV = "ILR_RECEIPT_KEY"
 EXIT_ESTABLISHED, EXIT_INVALID, EXIT_UNREADABLE, EXIT_NOT_ESTABLISHED = 0, 1, 2, 3

@@ -10,8 +10,8 @@ coroutine; a suspended run is a row in the database and costs nothing here.
 On the loop: the runs' writes on a few async connections (async_db.AsyncPool), async step
 bodies, the sends of async targets, and a ticker. Off it: plain step bodies and premise
 readers in a thread pool; the effect gate's database parts (the sync pipeline's code,
-effect_send.drive_async) in GATE_THREADS threads; the watchdog of the async sends (one
-thread, effect_send.WATCHDOG); and a monitor thread that reports a loop blocked longer than
+effects.send.drive_async) in GATE_THREADS threads; the watchdog of the async sends (one
+thread, effects.send.WATCHDOG); and a monitor thread that reports a loop blocked longer than
 `block_warn` seconds, naming the task (a step body's task is named
 `step <workflow>#<seq> <name>`).
 """
@@ -25,18 +25,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import async_db, db, effect_send, run_end
-from .async_context import (
+from .. import db, run_end
+from ..effects import send as effect_send
+from ..events import emit
+from ..run_state import Run, workflow_input
+from ..telemetry import run_span
+from ..worker import Worker
+from . import db as async_db
+from .context import (
     RUN_TASKS,
     WORKFLOW_CODE,
     AsyncWorkflowContext,
     guard_wall_clock,
     task_factory,
 )
-from .events import emit
-from .run_state import Run, workflow_input
-from .telemetry import run_span
-from .worker import Worker
 
 
 class AsyncWorker(Worker):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .effect_call import EffectCall
-from .effect_results import EffectResult
-from .effect_send import Io, target_read
+from .call import EffectCall
+from .results import EffectResult
+from .send import Io, target_read
 
 
 def post_holds(call: EffectCall, payload: Any) -> Io[tuple[bool | None, str]]:
