@@ -9,7 +9,7 @@ import pytest
 
 from conformance.matrix import checks
 from conformance.matrix.plan import load
-from interlock_runtime.receipts.verify import ESTABLISHED
+from interlock_runtime.receipts.verification import ESTABLISHED
 
 T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 

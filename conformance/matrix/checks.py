@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from interlock_runtime.receipts.verify import ESTABLISHED
+from interlock_runtime.receipts.verification import ESTABLISHED
 
 Evidence = dict[str, Any]
 

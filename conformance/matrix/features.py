@@ -207,9 +207,9 @@ class Effects(Feature):
 def _receipts(s: Session) -> dict[str, dict[str, Any]]:
     """Each effect's receipt, exported, signed with an Ed25519 key made here and verified with
     only its public half: what a stranger holding the receipt would conclude."""
-    from interlock_runtime.receipts import bundle as receipt_bundle
+    from interlock_runtime.receipts import bundles as receipt_bundle
     from interlock_runtime.receipts import keys as receipt_keys
-    from interlock_runtime.receipts import verify as receipt_verify
+    from interlock_runtime.receipts import verification as receipt_verify
 
     private = receipt_keys.generate()
     public = receipt_keys.public_of(private)

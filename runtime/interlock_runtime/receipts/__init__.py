@@ -40,17 +40,17 @@ valid and signed by a given key, 1 invalid, 2 unreadable input, 3 not establishe
 
 This package gathers the receipt API; the code lives in its modules:
 
-    bundle    building and signing a bundle (bundle, sign), its JSON text (dumps, loads)
-    keys      Ed25519 keys: generate, PEM files, key ids, KeyRing
-    verify    verify(): the problems, the signatures, the claims
-    analysis  the walk over the entries behind verify()
-    cli       `interlock verify` (main), `interlock keygen`, and checklist()
+    bundles       building and signing a bundle (bundle, sign), its JSON text (dumps, loads)
+    keys          Ed25519 keys: generate, PEM files, key ids, KeyRing
+    verification  verify(): the problems, the signatures, the claims
+    analysis      the walk over the entries behind verify()
+    cli           `interlock verify` (main), `interlock keygen`, and checklist()
 """
 
 from __future__ import annotations
 
 from .analysis import RESEND_VIAS
-from .bundle import (
+from .bundles import (
     BUNDLE_FIELDS,
     BUNDLE_FIELDS_V2,
     FORMAT,
@@ -66,7 +66,7 @@ from .bundle import (
     loads,
     sign,
 )
-from .bundle import _hmac as _hmac  # the tests recompute a signature with it
+from .bundles import _hmac as _hmac  # the tests recompute a signature with it
 from .cli import KEY_ENV, build_parser, checklist, exit_status, keygen_main, main
 from .keys import (
     INSTALL_HINT,
@@ -81,7 +81,7 @@ from .keys import (
     public_pem,
     write_key_pair,
 )
-from .verify import ENTRY_FRAME, ESTABLISHED, FAILED, NOT_ESTABLISHED, verify
+from .verification import ENTRY_FRAME, ESTABLISHED, FAILED, NOT_ESTABLISHED, verify
 
 __all__ = [
     "BUNDLE_FIELDS",

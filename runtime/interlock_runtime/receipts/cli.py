@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 from ..cli_parsing import HelpFormatter
 from . import keys as receipt_keys
 from .analysis import ts_text
-from .bundle import loads
-from .verify import ESTABLISHED, NOT_ESTABLISHED, NOT_SIGNED, verify
+from .bundles import loads
+from .verification import ESTABLISHED, NOT_ESTABLISHED, NOT_SIGNED, verify
 
 if TYPE_CHECKING:
-    from .verify import VerifyKey
+    from .verification import VerifyKey
 
 KEY_ENV = "ILR_RECEIPT_KEY"
 EXIT_ESTABLISHED, EXIT_INVALID, EXIT_UNREADABLE, EXIT_NOT_ESTABLISHED = 0, 1, 2, 3

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import journal
 from . import keys as receipt_keys
 from .analysis import analyse
-from .bundle import (
+from .bundles import (
     BUNDLE_FIELDS,
     BUNDLE_FIELDS_V2,
     FORMAT,
