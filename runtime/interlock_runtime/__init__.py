@@ -9,6 +9,7 @@ def invoice_mail(ctx, inv):
 
 rt = Runtime(dsn)                          # creates the schema in an empty database
 rt.start(invoice_mail, "inv-1001", {...})  # idempotent on the id
+rt.handle("inv-1001").result()             # its handle: result, signal, query, cancel, ...
 Worker(dsn, [invoice_mail]).run()          # or: interlock worker --module my_flows
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .async_client import AsyncRuntime
+from .async_client import AsyncRuntime, AsyncWorkflowHandle
 from .context import Decision, RetryPolicy, WorkflowContext
 from .effects import EffectRefused, EffectResult
 from .errors import (
@@ -41,6 +42,7 @@ from .errors import (
     WorkflowNotFound,
     WorkflowTimedOut,
 )
+from .handles import WorkflowHandle
 from .runtime import Runtime
 from .targets import AsyncHttpTarget, EffectTarget, HttpTarget
 from .workflow import workflow
@@ -61,6 +63,7 @@ def __getattr__(name: str) -> type[Worker]:
 __all__ = [
     "AsyncHttpTarget",
     "AsyncRuntime",
+    "AsyncWorkflowHandle",
     "Cancelled",
     "Decision",
     "CodeChanged",
@@ -88,6 +91,7 @@ __all__ = [
     "WorkflowContext",
     "WorkflowFailed",
     "WorkflowFinished",
+    "WorkflowHandle",
     "WorkflowNotFound",
     "WorkflowTimedOut",
     "workflow",
