@@ -13,8 +13,9 @@ awaited results hold no thread while they wait. recover_orphans() with an async 
 here too: in its thread each send runs on a loop of its own, which it could not do inside the
 caller's.
 
-AsyncWorkflowHandle is WorkflowHandle (handles.py) for this client: each method awaits the
-AsyncRuntime call of the same name with the handle's id.
+rt.handle(wf_id) is not a coroutine (it reads nothing): it returns an AsyncWorkflowHandle,
+WorkflowHandle (handles.py) for this client, each method awaiting the call of the same name
+with the handle's id.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ class AuthorityAdmin(ClientConnection):
         under it before the revoke committed. No later dispatch or resend can use it."""
         check_id(grant_id, "grant id")
         by = validate.optional_name(by, "by")
-        with self._transaction():
-            return revoke_in(self._conn, grant_id, by)
+        with self._transaction() as conn:
+            return revoke_in(conn, grant_id, by)
 
 
 def revoke_in(conn: db.Conn, grant_id: str, by: str | None = None) -> list[str]:

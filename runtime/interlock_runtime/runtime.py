@@ -15,7 +15,9 @@ composed of its parts, each a module of one concern:
                         pause/resume/delete/trigger_schedule
 
 Each method is defined in exactly one part; Runtime adds none (runtime/tests/
-test_client_parts.py checks both). The names other modules import from here stay here.
+test_client_parts.py checks both). Every method validates its arguments before it reads or
+writes anything: a refusal is InvalidInput with a one-line message, an unreachable database
+DatabaseUnreachable naming the address. The names other modules import from here stay here.
 """
 
 from __future__ import annotations

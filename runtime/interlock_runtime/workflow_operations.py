@@ -66,8 +66,8 @@ class WorkflowOperations(Results, Deployments):
         sender = validate.optional_name(sender, "sender")
         value = codec.encode({} if payload is None else payload, "signal payload")
         body = json.loads(input_text(value, "signal payload"))
-        with self._transaction():
-            return signal_in(self._conn, wf_id, name, body, sender)
+        with self._transaction() as conn:
+            return signal_in(conn, wf_id, name, body, sender)
 
     def query(self, wf_id: str, default: Any = None, *, raw: bool = False) -> Any:
         """The status the workflow last published with ctx.set_status, or `default` if it set
@@ -102,8 +102,8 @@ class WorkflowOperations(Results, Deployments):
         """Request cancellation: the workflow sees Cancelled once, at its next durable call."""
         check_id(wf_id)
         by = validate.optional_name(by, "by")
-        with self._transaction():
-            cancel_in(self._conn, wf_id, by)
+        with self._transaction() as conn:
+            cancel_in(conn, wf_id, by)
 
     def migrate(self, wf_id: str, to_version: str) -> None:
         """Move a pending or sleeping workflow to another deployed version of its name."""
@@ -129,22 +129,22 @@ class WorkflowOperations(Results, Deployments):
         if isinstance(at_seq, bool) or not isinstance(at_seq, int) or not 1 <= at_seq <= MAX_SEQ:
             raise InvalidInput(f"at_seq must be an integer >= 1 (and at most {MAX_SEQ}), "
                                f"got {validate.shown(at_seq)}")  # fmt: skip
-        with self._transaction():
+        with self._transaction() as conn:
             params = {"id": wf_id, "new_id": new_id, "at_seq": at_seq}
             try:
-                inserted = self._conn.execute(db.query("insert_fork"), params).rowcount
+                inserted = conn.execute(db.query("insert_fork"), params).rowcount
             except psycopg.errors.UniqueViolation:
                 raise WorkflowConflict(f"workflow id {new_id!r} already exists") from None
             if inserted == 0:
-                row = self._conn.execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
+                row = conn.execute(db.query("get_workflow"), {"id": wf_id}).fetchone()
                 if row is None:
                     raise WorkflowNotFound(f"no workflow with id {wf_id!r}")
                 raise WorkflowConflict(
                     f"workflow {wf_id!r} is {row['status']}: no worker has run it, so it has no "
                     "steps to fork; start a new workflow instead"
                 )
-            self._conn.execute(db.query("copy_steps_for_fork"), params)
-            self._conn.execute(db.query("notify_ready"), {"id": new_id})
+            conn.execute(db.query("copy_steps_for_fork"), params)
+            conn.execute(db.query("notify_ready"), {"id": new_id})
         return new_id
 
 
