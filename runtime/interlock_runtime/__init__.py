@@ -9,12 +9,13 @@ def invoice_mail(ctx, inv):
 
 rt = Runtime(dsn)                          # creates the schema in an empty database
 rt.start(invoice_mail, "inv-1001", {...})  # idempotent on the id
+rt.handle("inv-1001").result()             # its handle: result, signal, query, cancel, ...
 Worker(dsn, [invoice_mail]).run()          # or: interlock worker --module my_flows
 """
 
 from __future__ import annotations
 
-from .aio.client import AsyncRuntime
+from .aio.client import AsyncRuntime, AsyncWorkflowHandle
 from .context import WorkflowContext
 from .effects import EffectRefused, EffectResult
 from .effects.targets import AsyncHttpTarget, EffectTarget, HttpTarget
@@ -40,6 +41,7 @@ from .errors import (
     WorkflowNotFound,
     WorkflowTimedOut,
 )
+from .handles import WorkflowHandle
 from .run_state import Decision, RetryPolicy
 from .runtime import Runtime
 from .worker import Worker
@@ -48,6 +50,7 @@ from .workflow import workflow
 __all__ = [
     "AsyncHttpTarget",
     "AsyncRuntime",
+    "AsyncWorkflowHandle",
     "Cancelled",
     "Decision",
     "CodeChanged",
@@ -75,6 +78,7 @@ __all__ = [
     "WorkflowContext",
     "WorkflowFailed",
     "WorkflowFinished",
+    "WorkflowHandle",
     "WorkflowNotFound",
     "WorkflowTimedOut",
     "workflow",

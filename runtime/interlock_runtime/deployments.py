@@ -1,0 +1,66 @@
+"""Deployments, the client's part (docs/api.md#client): which (name, version, code hash) of
+each workflow is deployed, which version a start or a migration resolves to, and what a
+version still has to drain. register_deployment is the worker's registration too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import db
+from .client_connection import ClientConnection
+from .errors import CodeChanged, UnknownWorkflow
+from .workflow import WorkflowDef, definition
+
+
+class Deployments(ClientConnection):
+    """Register workflows and read the deployments."""
+
+    def register(self, *workflows: Any, allow_code_change: bool = False) -> list[WorkflowDef]:
+        """Record the (name, version, code hash) of each workflow. A changed hash for a deployed
+        pair raises CodeChanged unless allow_code_change."""
+        defs = [definition(w) for w in workflows]
+        with self._transaction() as conn:
+            for wf in defs:
+                register_deployment(conn, wf, allow_code_change)
+        return defs
+
+    def deployments(self) -> list[db.Row]:
+        """Every deployed (name, version, code_sha256)."""
+        return self._execute(db.query("list_deployments")).fetchall()
+
+    def drain_report(self) -> list[db.Row]:
+        """Workflows counted by name, version and status: what a version still has to drain."""
+        return self._execute(db.query("drain_report")).fetchall()
+
+    def _resolve_version(self, name: str, version: str | None) -> str:
+        """The deployed version a run of `name` gets: `version` if deployed, else the newest;
+        UnknownWorkflow, naming the deployed ones, when none serves it."""
+        if version is not None:
+            found = self._execute(db.query("get_deployment"), {"name": name, "version": version})
+            if found.fetchone():
+                return version
+        else:
+            row = self._execute(db.query("newest_version"), {"name": name}).fetchone()
+            if row:
+                newest: str = row["version"]
+                return newest
+        registered = sorted(f"{d['name']}@{d['version']}" for d in self.deployments())
+        wanted = f"{name}@{version}" if version else name
+        raise UnknownWorkflow(
+            f"no deployment serves workflow {wanted!r}; registered: "
+            f"{', '.join(registered) or 'none'}. Start a worker that serves it, or call "
+            "rt.register(fn) with the decorated function."
+        )
+
+
+def register_deployment(conn: db.Conn, wf: WorkflowDef, allow_code_change: bool) -> None:
+    """Upsert (name, version, code_sha256) inside the caller's transaction (docs/design.md#durable-replay)."""
+    params = {"name": wf.name, "version": wf.version, "sha": wf.code_sha256}
+    conn.execute(db.query("register_deployment"), params)
+    row = db.one(conn.execute(db.query("get_deployment"), params))
+    if row["code_sha256"] != wf.code_sha256:
+        if not allow_code_change:
+            raise CodeChanged(wf.name, wf.version, row["code_sha256"], wf.code_sha256)
+        conn.execute(db.query("replace_deployment_hash"), params)
+    # runs started before any deployment served this name get their version now (queues.py)
+    conn.execute(db.query("resolve_awaiting"), {"name": wf.name})
