@@ -16,6 +16,7 @@ Worker(dsn, [invoice_mail]).run()          # or: interlock worker --module my_fl
 from __future__ import annotations
 
 from .aio.client import AsyncRuntime, AsyncWorkflowHandle
+from .client.handles import WorkflowHandle
 from .context import WorkflowContext
 from .effects import EffectRefused, EffectResult
 from .effects.targets import AsyncHttpTarget, EffectTarget, HttpTarget
@@ -41,7 +42,6 @@ from .errors import (
     WorkflowNotFound,
     WorkflowTimedOut,
 )
-from .handles import WorkflowHandle
 from .run_state import Decision, RetryPolicy
 from .runtime import Runtime
 from .worker import Worker

@@ -1,17 +1,17 @@
 """Runtime, the client (docs/api.md#client): one object with every call of the client API,
 composed of its parts, each a module of one concern:
 
-- client_connection.py  ClientConnection: the connection, its lock and transactions
-- deployments.py        Deployments: register, deployments, drain_report
-- results.py            Results: result, result_now (ResultWait: the wait both clients share)
-- workflow_operations.py  WorkflowOperations: describe, claim_history, effects, signal,
+- client/connection.py  ClientConnection: the connection, its lock and transactions
+- client/deployments.py        Deployments: register, deployments, drain_report
+- client/results.py            Results: result, result_now (ResultWait: the wait both clients share)
+- client/operations.py  WorkflowOperations: describe, claim_history, effects, signal,
                         query, status_record, cancel, migrate, fork (a workflow by its id)
-- client.py             Client: start, list, handle (a WorkflowHandle, handles.py)
-- authority_admin.py    AuthorityAdmin: grant, approve, revoke
-- effect_admin.py       EffectAdmin: ambiguous, reconcile, receipt, breakers, reset_breaker,
+- client/             Client: start, list, handle (a WorkflowHandle, client/handles.py)
+- client/authority.py    AuthorityAdmin: grant, approve, revoke
+- client/effects.py       EffectAdmin: ambiguous, reconcile, receipt, breakers, reset_breaker,
                         recover_orphans
-- queue_admin.py        QueueAdmin: queue, queues, describe_queue
-- schedule_admin.py     ScheduleAdmin: create_schedule, schedules, describe_schedule,
+- client/queues.py        QueueAdmin: queue, queues, describe_queue
+- client/schedules.py     ScheduleAdmin: create_schedule, schedules, describe_schedule,
                         pause/resume/delete/trigger_schedule
 
 Each method is defined in exactly one part; Runtime adds none (runtime/tests/
@@ -22,9 +22,9 @@ DatabaseUnreachable naming the address. The names other modules import from here
 
 from __future__ import annotations
 
-from .authority_admin import AuthorityAdmin, approve_in, revoke_in
 from .client import Client
-from .client_connection import (
+from .client.authority import AuthorityAdmin, approve_in, revoke_in
+from .client.connection import (
     MAX_INPUT_BYTES,
     MAX_LIST_LIMIT,
     MAX_SEQ,
@@ -32,13 +32,13 @@ from .client_connection import (
     ClientConnection,
     check_id,
 )
-from .deployments import register_deployment
-from .effect_admin import EffectAdmin
-from .handles import WorkflowHandle
-from .queue_admin import QueueAdmin
-from .results import ResultWait
-from .schedule_admin import ScheduleAdmin
-from .workflow_operations import cancel_in, signal_in
+from .client.deployments import register_deployment
+from .client.effects import EffectAdmin
+from .client.handles import WorkflowHandle
+from .client.operations import cancel_in, signal_in
+from .client.queues import QueueAdmin
+from .client.results import ResultWait
+from .client.schedules import ScheduleAdmin
 
 __all__ = [
     "MAX_INPUT_BYTES",

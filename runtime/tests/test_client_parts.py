@@ -30,7 +30,7 @@ from interlock_runtime import (
     WorkflowHandle,
     WorkflowNotFound,
 )
-from interlock_runtime.client_connection import ClientConnection
+from interlock_runtime.client.connection import ClientConnection
 
 MODULE = "async_flows"
 UNREACHABLE = "postgresql://nobody@127.0.0.1:9/none?connect_timeout=1"

@@ -14,7 +14,7 @@ here too: in its thread each send runs on a loop of its own, which it could not 
 caller's.
 
 rt.handle(wf_id) is not a coroutine (it reads nothing): it returns an AsyncWorkflowHandle,
-WorkflowHandle (handles.py) for this client, each method awaiting the call of the same name
+WorkflowHandle (client/handles.py) for this client, each method awaiting the call of the same name
 with the handle's id.
 """
 
@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .. import db
-from ..client_connection import check_id
+from ..client.connection import check_id
 from ..runtime import ResultWait, Runtime
 
 _P = ParamSpec("_P")

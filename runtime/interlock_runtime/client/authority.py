@@ -11,10 +11,10 @@ from typing import Any
 
 import psycopg
 
-from . import authority, db, journal, validate
-from .client_connection import ClientConnection, check_id, input_text
-from .errors import InvalidInput, WorkflowConflict, WorkflowNotFound
-from .workflow_operations import lock_live, signal_in
+from .. import authority, db, journal, validate
+from ..errors import InvalidInput, WorkflowConflict, WorkflowNotFound
+from .connection import ClientConnection, check_id, input_text
+from .operations import lock_live, signal_in
 
 
 class AuthorityAdmin(ClientConnection):

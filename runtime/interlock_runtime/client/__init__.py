@@ -1,4 +1,9 @@
-"""The client's workflow side (docs/api.md#client): start workflows, list them, and hand out a
+"""The client in parts, composed by runtime.Runtime (docs/api.md#client): connection (one
+connection, its lock, the id and size checks), deployments, operations (one workflow by id),
+results (waits on a run's end), handles, authority (grants, approvals, revokes), effects
+(ambiguous effects, receipts, breakers, orphans), queues and schedules.
+
+This module is the client's workflow side: start workflows, list them, and hand out a
 WorkflowHandle per workflow, as Temporal's Client does (start_workflow, list_workflows,
 get_workflow_handle); the operations on one workflow are WorkflowOperations' and Results'.
 
@@ -14,14 +19,14 @@ from typing import Any
 
 import psycopg
 
-from . import codec, db, telemetry, timeouts, validate
-from . import queues as queueing
-from .client_connection import MAX_LIST_LIMIT, check_id, input_text
-from .errors import UnknownWorkflow, WorkflowConflict
+from .. import codec, db, telemetry, timeouts, validate
+from .. import queues as queueing
+from ..errors import UnknownWorkflow, WorkflowConflict
+from ..vocabulary import WorkflowStatus
+from ..workflow import definition
+from .connection import MAX_LIST_LIMIT, check_id, input_text
 from .handles import WorkflowHandle
-from .vocabulary import WorkflowStatus
-from .workflow import definition
-from .workflow_operations import WorkflowOperations
+from .operations import WorkflowOperations
 
 
 class Client(WorkflowOperations):

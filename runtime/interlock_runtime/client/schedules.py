@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import db, validate
-from . import schedules as sched
-from .client_connection import MAX_LIST_LIMIT, input_text
+from .. import db, validate
+from .. import schedules as sched
+from ..errors import InvalidInput
+from ..vocabulary import ScheduleOverlap
+from .connection import MAX_LIST_LIMIT, input_text
 from .deployments import Deployments
-from .errors import InvalidInput
-from .vocabulary import ScheduleOverlap
 
 
 class ScheduleAdmin(Deployments):

@@ -14,10 +14,10 @@ from typing import Any
 
 import psycopg
 
-from . import codec, db, validate
-from .client_connection import TERMINAL, ClientConnection, check_id
-from .errors import WorkflowFailed, WorkflowNotFound, is_database_fault
-from .vocabulary import WorkflowStatus
+from .. import codec, db, validate
+from ..errors import WorkflowFailed, WorkflowNotFound, is_database_fault
+from ..vocabulary import WorkflowStatus
+from .connection import TERMINAL, ClientConnection, check_id
 
 
 class Results(ClientConnection):

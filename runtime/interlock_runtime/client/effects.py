@@ -8,9 +8,9 @@ import json
 import time
 from typing import Any
 
-from . import db, receipts, validate
-from .client_connection import ClientConnection, check_id
-from .errors import InvalidInput, Suspend, WorkflowConflict, WorkflowNotFound
+from .. import db, receipts, validate
+from ..errors import InvalidInput, Suspend, WorkflowConflict, WorkflowNotFound
+from .connection import ClientConnection, check_id
 
 
 class EffectAdmin(ClientConnection):
@@ -67,9 +67,9 @@ class EffectAdmin(ClientConnection):
         lease_ttl = validate.number(lease_ttl, "lease_ttl", low=0.5, high=86_400, unit="seconds")
         if not isinstance(targets, dict):
             raise InvalidInput("targets must be a dict of target name to target object")
-        from .context import WorkflowContext, port_of
-        from .effects import resolve_orphan
-        from .run_state import Run
+        from ..context import WorkflowContext, port_of
+        from ..effects import resolve_orphan
+        from ..run_state import Run
 
         done: list[db.Row] = []
         for orphan in self._execute(db.query("orphaned_effects")).fetchall():

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from . import db, durability, end_notices, local_postgres, migrations, validate
-from .vocabulary import TERMINAL_STATUSES
+from .. import db, durability, end_notices, local_postgres, migrations, validate
+from ..vocabulary import TERMINAL_STATUSES
 
 MAX_INPUT_BYTES = validate.MAX_JSON_BYTES
 MAX_LIST_LIMIT = 100_000

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import db
-from .client_connection import ClientConnection
-from .errors import CodeChanged, UnknownWorkflow
-from .workflow import WorkflowDef, definition
+from .. import db
+from ..errors import CodeChanged, UnknownWorkflow
+from ..workflow import WorkflowDef, definition
+from .connection import ClientConnection
 
 
 class Deployments(ClientConnection):

@@ -1,8 +1,8 @@
 """Operations on one workflow, named by its id, the client's part (docs/api.md#client):
 read it (describe, its claims, its effects), signal it, query its status, cancel it, move it
-to another version, fork it. Results (results.py) waits for its end.
+to another version, fork it. Results (client/results.py) waits for its end.
 
-A WorkflowHandle (handles.py) is these operations bound to one id. signal_in and cancel_in
+A WorkflowHandle (client/handles.py) is these operations bound to one id. signal_in and cancel_in
 are their bodies inside a caller's transaction (the console and the race tests use them).
 """
 
@@ -13,11 +13,11 @@ from typing import Any
 
 import psycopg
 
-from . import codec, db, timeouts, validate
-from . import queues as queueing
-from .client_connection import MAX_SEQ, TERMINAL, check_id, input_text
+from .. import codec, db, timeouts, validate
+from .. import queues as queueing
+from ..errors import InvalidInput, WorkflowConflict, WorkflowFinished, WorkflowNotFound
+from .connection import MAX_SEQ, TERMINAL, check_id, input_text
 from .deployments import Deployments
-from .errors import InvalidInput, WorkflowConflict, WorkflowFinished, WorkflowNotFound
 from .results import Results
 
 
@@ -84,7 +84,7 @@ class WorkflowOperations(Results, Deployments):
         following continue-as-new unless follow is false), its workflow status, and the
         status's `seq`, `epoch`, `set_at` and recorded `value` (seq None: no status set).
         WorkflowNotFound if no such workflow."""
-        from .run_state import STATUS_STEP
+        from ..run_state import STATUS_STEP
 
         check_id(wf_id)
         while True:

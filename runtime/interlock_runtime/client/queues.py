@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import db
-from . import queues as queueing
-from .client_connection import ClientConnection
+from .. import db
+from .. import queues as queueing
+from .connection import ClientConnection
 
 
 class QueueAdmin(ClientConnection):

@@ -2,7 +2,7 @@
 Temporal's handles are: `h = rt.handle("inv-1")`, then `h.signal("go")`, `h.result()`.
 
 A handle holds the client and the id, nothing else: it reads nothing when made, and every
-method is the client's operation of the same name (workflow_operations.py, results.py) with
+method is the client's operation of the same name (client/operations.py, client/results.py) with
 this id, so it checks, refuses and raises exactly as that does.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import db
-from .client_connection import check_id
-from .workflow_operations import WorkflowOperations
+from .. import db
+from .connection import check_id
+from .operations import WorkflowOperations
 
 
 class WorkflowHandle:
