@@ -29,6 +29,7 @@ from . import (
     local_postgres,
     migrations,
     receipts,
+    stored,
     telemetry,
     timeouts,
     validate,
@@ -49,7 +50,7 @@ from .errors import (
 from .vocabulary import TERMINAL_STATUSES, ScheduleOverlap, WorkflowStatus
 from .workflow import WorkflowDef, definition
 
-MAX_INPUT_BYTES = validate.MAX_JSON_BYTES
+MAX_INPUT_BYTES = stored.MAX_JSON_BYTES
 MAX_LIST_LIMIT = 100_000
 """rt.list(limit=...) and `interlock list --limit`: 1 to this many rows."""
 MAX_SEQ = 2**31 - 1
@@ -841,9 +842,9 @@ def cancel_in(conn: db.Conn, wf_id: str, by: str | None = None) -> None:
 
 
 def _input_text(value: Any, what: str = "workflow input") -> str:
-    """Canonical JSON text of a value, or InvalidInput (validate.json_text: JSON types, finite
+    """Canonical JSON text of a value, or InvalidInput (stored.json_text: JSON types, finite
     numbers, no NUL or lone surrogate, at most 64 levels deep and 1 MiB)."""
-    return validate.json_text(value, what, max_bytes=MAX_INPUT_BYTES)
+    return stored.json_text(value, what, max_bytes=MAX_INPUT_BYTES)
 
 
 def _expires_in(seconds: Any) -> float | None:
@@ -867,7 +868,7 @@ def _check_numbers(constraints: Any) -> None:
         for op in ("min", "max"):
             if isinstance(ops, dict) and op in ops:
                 validate.number(ops[op], f"constraint on {validate.shown(field)}: {op}",
-                                low=-validate.MAX_SAFE_INTEGER, high=validate.MAX_SAFE_INTEGER)  # fmt: skip
+                                low=-stored.MAX_SAFE_INTEGER, high=stored.MAX_SAFE_INTEGER)  # fmt: skip
 
 
 def _check_money(bounds: dict[str, dict[str, Any]] | None) -> None:
