@@ -30,10 +30,15 @@ MAX_JSON_DEPTH = 64
 """Nesting of arrays and objects in one JSON document."""
 MAX_SAFE_INTEGER = 2**53
 """Numbers in constraint bounds stay within what a JSON reader holds exactly."""
+MAX_INT_DIGITS = 4300
+"""The longest integer Python writes as text by default (sys.set_int_max_str_digits)."""
 
 _UNSTORABLE_CHAR = re.compile("[\x00\ud800-\udfff]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_FINITE = "use finite numbers (no NaN or Infinity) and integers of at most 4300 digits"
+_FINITE = (
+    f"use finite numbers (no NaN or Infinity) and integers of at most {MAX_INT_DIGITS} digits "
+    "(a longer one as a string)"
+)
 _JSON_TYPES = "pass JSON values only (dict, list, str, number, bool, None)"
 
 
@@ -68,16 +73,19 @@ def unstorable(value: Any) -> bool:
 
 
 def _unstorable_message(what: str) -> str:
-    return (f"{what} is not storable in Postgres: it contains a NUL character or a lone "
-            "UTF-16 surrogate (jsonb refuses both); remove or decode it")  # fmt: skip
+    return (
+        f"{what} is not storable in Postgres: it contains a NUL character or a lone "
+        "UTF-16 surrogate (jsonb refuses both); remove or decode it"
+    )
 
 
 # -- limits ------------------------------------------------------------------------------
 
 
-def too_deep(what: str) -> str:
-    """The message for a value nested deeper than MAX_JSON_DEPTH."""
-    return f"{what} nests more than {MAX_JSON_DEPTH} levels deep; flatten it"
+def too_deep(what: str, levels: int | None = None) -> str:
+    """The message for a value nested deeper than MAX_JSON_DEPTH (levels when known)."""
+    nests = f"{levels}" if levels is not None else f"more than {MAX_JSON_DEPTH}"
+    return f"{what} nests {nests} levels deep; the limit is {MAX_JSON_DEPTH}: flatten it"
 
 
 def too_many_items(what: str, limit: int = MAX_JSON_BYTES) -> str:
@@ -85,7 +93,12 @@ def too_many_items(what: str, limit: int = MAX_JSON_BYTES) -> str:
     return f"{what} has more than {limit} items; the limit is {limit} bytes of JSON"
 
 
-def depth(value: Any, *, max_items: int = MAX_JSON_BYTES) -> int:
+def too_big(what: str, size: int, limit: int = MAX_JSON_BYTES) -> str:
+    """The message for a document of more than limit bytes of UTF-8 JSON."""
+    return f"{what} is {size} bytes as JSON; the limit is {limit} bytes"
+
+
+def depth(value: Any, *, max_items: int = MAX_JSON_BYTES, what: str = "the value") -> int:
     """The nesting depth of a Python JSON value, without recursion (a scalar is 0). A cycle
     counts as deeper than the limit; more than max_items items (each at least one byte of JSON,
     shared sub-values counted each time) is InvalidInput."""
@@ -95,7 +108,7 @@ def depth(value: Any, *, max_items: int = MAX_JSON_BYTES) -> int:
         item, level = stack.pop()
         items += 1
         if items > max_items:
-            raise InvalidInput(too_many_items("the value", max_items))
+            raise InvalidInput(too_many_items(what, max_items))
         if isinstance(item, dict | list | tuple):
             level += 1
             deepest = max(deepest, level)
@@ -137,12 +150,12 @@ def to_json_text(value: Any, what: str) -> str:
 def json_text(value: Any, what: str, *, max_bytes: int = MAX_JSON_BYTES) -> str:
     """The stored text of a value a caller handed in, or InvalidInput: the rules of
     `to_json_text`, at most MAX_JSON_DEPTH deep and max_bytes long."""
-    if depth(value, max_items=max_bytes) > MAX_JSON_DEPTH:
+    if depth(value, max_items=max_bytes, what=what) > MAX_JSON_DEPTH:
         raise InvalidInput(too_deep(what))
     text = _stored_text(value, what, InvalidInput)
     size = len(text.encode())
     if size > max_bytes:
-        raise InvalidInput(f"{what} is {size} bytes as JSON; the limit is {max_bytes} bytes")
+        raise InvalidInput(too_big(what, size, max_bytes))
     return text
 
 
@@ -206,6 +219,13 @@ def _check_json(value: Any, path: str, active: set[int]) -> None:
             ) from None
         return
     if isinstance(value, int):
+        try:
+            str(value)
+        except ValueError:
+            raise NotJSON(
+                f"{path}: an integer of more than {MAX_INT_DIGITS} digits is not written as JSON; "
+                "record it as a string"
+            ) from None
         return
     if isinstance(value, float):
         if not math.isfinite(value):

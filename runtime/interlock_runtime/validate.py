@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .errors import InvalidInput
-from .stored import MAX_JSON_BYTES, MAX_JSON_DEPTH, string_problem
+from .stored import MAX_JSON_BYTES, MAX_JSON_DEPTH, string_problem, too_big, too_deep
 from .stored import json_text as json_text  # re-exported for callers of validate.json_text
 
 MAX_ID_CHARS = 200
@@ -162,18 +162,17 @@ def parse_json(text_value: Any, what: str, *, max_bytes: int = MAX_JSON_BYTES) -
         raise InvalidInput(f"{what} must be JSON text")
     size = len(text_value.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
-        raise InvalidInput(f"{what} is {size} bytes; the limit is {max_bytes} bytes")
+        raise InvalidInput(too_big(what, size, max_bytes))
     depth = _text_depth(text_value)
     if depth > MAX_JSON_DEPTH:
-        raise InvalidInput(f"{what} nests {depth} levels deep; the limit is {MAX_JSON_DEPTH}: "
-                           "flatten it")  # fmt: skip
+        raise InvalidInput(too_deep(what, depth))
     try:
         value = json.loads(text_value, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{what} is not JSON ({exc}); give a JSON value such as "
                            "'{\"key\": 1}'") from None  # fmt: skip
     except RecursionError:
-        raise InvalidInput(f"{what} nests too deeply; the limit is {MAX_JSON_DEPTH}") from None
+        raise InvalidInput(too_deep(what)) from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
         raise InvalidInput(f"{what} is not usable JSON ({exc})") from None
     json_text(value, what, max_bytes=max_bytes)

@@ -60,7 +60,9 @@ def test_a_callers_document_is_bounded_in_depth() -> None:
     for _ in range(stored.MAX_JSON_DEPTH):
         ok = [ok]
     assert stored.json_text(ok, "input").count("[") == stored.MAX_JSON_DEPTH
-    with pytest.raises(InvalidInput, match="input nests more than 64 levels deep; flatten it"):
+    with pytest.raises(
+        InvalidInput, match="input nests more than 64 levels deep; the limit is 64: flatten it"
+    ):
         stored.json_text([ok], "input")
     assert stored.to_json_text([ok], "output").count("[") == 65  # a made value is not bounded
 
@@ -79,11 +81,24 @@ def test_a_callers_document_is_bounded_in_size_and_items() -> None:
     assert stored.json_text("x" * 10, "input", max_bytes=12) == '"xxxxxxxxxx"'
     with pytest.raises(InvalidInput, match="input is 13 bytes as JSON; the limit is 12 bytes"):
         stored.json_text("x" * 11, "input", max_bytes=12)
-    with pytest.raises(InvalidInput, match="more than 12 items; the limit is 12 bytes of JSON"):
+    with pytest.raises(
+        InvalidInput, match="input has more than 12 items; the limit is 12 bytes of JSON"
+    ):
         stored.json_text([0] * 20, "input", max_bytes=12)
     assert stored.MAX_JSON_BYTES == 1 << 20
     with pytest.raises(InvalidInput, match="the limit is 1048576 bytes"):
         stored.json_text("x" * stored.MAX_JSON_BYTES, "input")
+
+
+def test_a_document_given_as_text_meets_the_same_limits() -> None:
+    with pytest.raises(
+        InvalidInput, match="--input nests 70 levels deep; the limit is 64: flatten"
+    ):
+        validate.parse_json("[" * 70 + "]" * 70, "--input")
+    with pytest.raises(InvalidInput, match="--input is 13 bytes as JSON; the limit is 12 bytes"):
+        validate.parse_json('"' + "x" * 11 + '"', "--input", max_bytes=12)
+    with pytest.raises(InvalidInput, match="not storable in Postgres"):
+        validate.parse_json('{"a": "\\u0000"}', "--input")
 
 
 def test_unstorable_walks_values_too_deep_for_recursion() -> None:
@@ -147,7 +162,9 @@ def test_canonical_text_of_an_effect_key_never_changes() -> None:
         ({"s": "\ud800"}, ["value['s']", "not valid Unicode"]),
         ({"x": [float("nan")]}, ["value['x'][0]", "NaN"]),
         ({"x": {1}}, ["set is not JSON", "allowed are"]),
+        ({"n": 10**5000}, ["value['n']", "more than 4300 digits", "as a string"]),
     ],
+    ids=["int-key", "surrogate", "nan", "set", "huge-int"],
 )
 def test_canonical_names_where_a_value_is_not_json(value: object, words: list[str]) -> None:
     with pytest.raises(stored.NotJSON) as info:
