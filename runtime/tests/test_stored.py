@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from interlock_runtime import db, journal, stored, validate
+from interlock_runtime import journal, stored, validate
 from interlock_runtime.errors import InvalidInput
 
 # -- the stored text ---------------------------------------------------------------------
@@ -176,10 +176,6 @@ def test_canonical_names_where_a_value_is_not_json(value: object, words: list[st
 # -- one rule, one place -----------------------------------------------------------------
 
 
-def test_the_old_names_are_the_stored_rules() -> None:
-    assert db.to_json_text is stored.to_json_text
-    assert db.stored_locally is stored.stored_locally
-    assert db.NEEDS_SERVER is stored.NEEDS_SERVER
-    assert validate.json_text is stored.json_text
+def test_the_journal_hashes_with_the_canonical_text() -> None:
     assert journal.canonical is stored.canonical
     assert journal.NotJSON is stored.NotJSON
