@@ -127,13 +127,21 @@ def _dumps(value: Any, *, ascii: bool) -> str:
     )
 
 
+def _what_to_do(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "it nests too deeply to write: flatten it"
+    if isinstance(exc, ValueError) and "ircular" in str(exc):
+        return "it contains itself: record a copy without the cycle"
+    if isinstance(exc, ValueError):  # NaN, infinity, an integer too long to write
+        return _FINITE
+    return _JSON_TYPES
+
+
 def _stored_text(value: Any, what: str, error: type[Exception]) -> str:
     try:
         text = _dumps(value, ascii=True)
-    except ValueError as exc:  # NaN, infinity, an integer too long to write
-        raise error(f"{what} is not JSON-serializable: {exc}; {_FINITE}") from None
-    except (TypeError, RecursionError) as exc:
-        raise error(f"{what} is not JSON-serializable: {exc}; {_JSON_TYPES}") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise error(f"{what} is not JSON-serializable: {exc}; {_what_to_do(exc)}") from None
     # ASCII text escapes NUL as \u0000 and a surrogate as \udXXX: walk the value only then
     if ("\\u0000" in text or "\\ud" in text) and unstorable(value):
         raise error(_unstorable_message(what))

@@ -73,8 +73,18 @@ def test_a_cycle_is_refused_as_too_deep_not_a_recursion_error() -> None:
     assert stored.depth(loop) == stored.MAX_JSON_DEPTH + 1  # the walk stops one past the limit
     with pytest.raises(InvalidInput, match="more than 64 levels"):
         stored.json_text(loop, "input")
-    with pytest.raises(TypeError, match="not JSON-serializable"):
+    with pytest.raises(
+        TypeError, match="not JSON-serializable: .* record a copy without the cycle"
+    ):
         stored.to_json_text(loop, "output")
+
+
+def test_a_made_value_too_deep_to_write_says_to_flatten_it() -> None:
+    deep: list = []
+    for _ in range(sys.getrecursionlimit() * 2):
+        deep = [deep]
+    with pytest.raises(TypeError, match="not JSON-serializable: .* too deeply to write: flatten"):
+        stored.to_json_text(deep, "output")
 
 
 def test_a_callers_document_is_bounded_in_size_and_items() -> None:
