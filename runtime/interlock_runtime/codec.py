@@ -42,7 +42,8 @@ from enum import Enum
 from typing import Any
 
 from .errors import NotRecordable, RecordedTypeError
-from .validate import MAX_JSON_BYTES, MAX_JSON_DEPTH, shown
+from .stored import MAX_JSON_BYTES, MAX_JSON_DEPTH, too_deep, too_many_items
+from .validate import shown
 
 TYPE_KEY = "$ilr_type"
 VALUE_KEY = "$ilr_value"
@@ -118,12 +119,11 @@ class _Encoder:
     def __call__(self, value: Any, path: str, level: int) -> Any:
         self.items += 1
         if self.items > MAX_JSON_BYTES:
-            raise NotRecordable(f"{path}: more than {MAX_JSON_BYTES} items; the limit is "
-                                f"{MAX_JSON_BYTES} bytes of JSON")  # fmt: skip
+            raise NotRecordable(too_many_items(path))
         if isinstance(value, _PLAIN) and not _is_plain_enum_type(type(value)):
             return value  # str and int subclasses (str enums too) are written as JSON does
         if level > MAX_JSON_DEPTH:
-            raise NotRecordable(f"{path} nests more than {MAX_JSON_DEPTH} levels deep; flatten it")
+            raise NotRecordable(too_deep(path))
         ident = id(value)
         if ident in self.active:
             raise NotRecordable(f"{path}: circular reference")

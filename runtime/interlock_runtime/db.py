@@ -6,7 +6,6 @@ block, so nothing is ever left open by accident.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import Jsonb
 
 from .errors import DatabaseUnreachable, Fenced, InvalidInput
+from .stored import NEEDS_SERVER, stored_locally
 
 SCHEMA_LOCK = 0x1C0C7A11  # advisory lock key: one schema change at a time (migrations.LOCK)
 FOREVER = datetime.max.replace(tzinfo=timezone.utc)
@@ -196,44 +196,13 @@ def record_step_fenced(conn: Conn, step: dict[str, Any], ttl: float) -> Row:
 def as_stored(conn: Conn, value: Any) -> Any:
     """The value as a jsonb column will give it back: jsonb reorders object keys (shortest
     first) and prints numbers without exponents (1e16 comes back as an int). Without a float
-    (or anything else whose text jsonb may change) that is computed here (`stored_locally`);
-    the rest make one round trip, no transaction.
+    (or anything else whose text jsonb may change) that is computed locally
+    (stored.stored_locally); the rest make one round trip, no transaction.
     """
     local = stored_locally(value)
     if local is not NEEDS_SERVER:
         return local
     return one(conn.execute(query("as_stored"), {"value": Jsonb(value)}))["value"]
-
-
-NEEDS_SERVER: Any = object()
-"""stored_locally's answer for a value only Postgres can say how jsonb gives back."""
-
-
-def stored_locally(value: Any) -> Any:
-    """The value as jsonb gives it back, where that is certain without asking: None, bools,
-    ints and strings unchanged, lists item by item, objects with their keys in jsonb's order
-    (shorter first by UTF-8 bytes, then bytewise; runtime/tests/test_codec_jsonb.py holds the
-    rule to Postgres'). NEEDS_SERVER for a float, a key that is not a string, or any other type."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, list):
-        items = [stored_locally(v) for v in value]
-        return NEEDS_SERVER if any(v is NEEDS_SERVER for v in items) else items
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            return NEEDS_SERVER
-        out = {}
-        for key in sorted(value, key=_jsonb_key_order):
-            out[key] = stored_locally(value[key])
-            if out[key] is NEEDS_SERVER:
-                return NEEDS_SERVER
-        return out
-    return NEEDS_SERVER  # floats (jsonb prints numbers its own way), and anything else
-
-
-def _jsonb_key_order(key: str) -> tuple[int, bytes]:
-    raw = key.encode("utf-8", "surrogatepass")
-    return len(raw), raw
 
 
 def db_now(conn: Conn) -> datetime:
@@ -244,37 +213,6 @@ def db_now(conn: Conn) -> datetime:
 def jsonb(value: Any) -> Jsonb:
     """Wrap a value for a jsonb parameter (None becomes JSON null, not SQL NULL)."""
     return Jsonb(value)
-
-
-def to_json_text(value: Any, what: str) -> str:
-    """Canonical JSON or a clear error: JSON values only (no NaN, no objects we cannot read back)."""
-    try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise TypeError(f"{what} is not JSON-serializable: {exc}") from None
-    if ("\\u0000" in text or "\\ud" in text) and _unstorable(value):
-        raise TypeError(f"{what} is not storable in Postgres: it contains a NUL character or a "
-                        "lone UTF-16 surrogate (jsonb refuses both); remove or decode it")  # fmt: skip
-    return text
-
-
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def _unstorable(value: Any) -> bool:
-    """True if any string (or key) holds NUL or a lone surrogate (only called on a hint)."""
-    if isinstance(value, str):
-        return _UNSTORABLE.search(value) is not None
-    if isinstance(value, dict):
-        return any(_unstorable(k) or _unstorable(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(_unstorable(v) for v in value)
-    return False
-
-
-def json_value(value: Any, what: str) -> Any:
-    """The value as it will read back from jsonb (tuples become lists, ...); TypeError if not JSON."""
-    return None if value is None else json.loads(to_json_text(value, what))
 
 
 ROLES = ("worker", "operator", "auditor")

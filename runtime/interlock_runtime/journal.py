@@ -1,4 +1,4 @@
-"""The effect journal's entry format: canonical JSON, hashes, effect ids, sealing, open dispatch.
+"""The effect journal's entry format: hashes, effect ids, sealing, open dispatch.
 
 Pure functions, no database access (docs/design.md#journal, docs/design.md#schema and 5.7). effects/ writes entries with
 these functions and receipts/ re-derives everything from them.
@@ -7,7 +7,8 @@ An entry is a JSON object {ts, kind, effect_id, ...fields, prev, hash}:
 - ts is the database clock in seconds (extract(epoch from now()) read in the writing
   transaction, converted to a float);
 - prev is the hash of the previous entry of the same effect, null for the first;
-- hash is sha256 (hex) over canonical(entry without "hash"), so it covers prev as well.
+- hash is sha256 (hex) over canonical(entry without "hash"), so it covers prev as well;
+  canonical is stored.canonical (docs/design.md#stored-values).
 
 ilr.journal.body stores body_text(sealed) verbatim (text, never jsonb), so the bytes that were
 hashed can always be re-read and re-hashed.
@@ -21,6 +22,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .stored import NotJSON as NotJSON  # part of journal's interface: its errors
+from .stored import canonical as canonical  # the text entries are hashed and stored as
 from .vocabulary import RESOLVING_ENTRIES, EntryKind
 
 KINDS = EntryKind.values()
@@ -33,81 +36,6 @@ EFFECT_ID_PREFIX = "eff_"
 EFFECT_ID_HEX_CHARS = 32  # 128 bits of sha256
 
 _HEX = frozenset("0123456789abcdef")
-
-
-class NotJSON(TypeError):
-    """A value cannot be written as canonical JSON; the message names where and why."""
-
-
-def _check_json(value: Any, path: str, active: set[int]) -> None:
-    # Walks the value once so the error can name the offending path; json.dumps alone only
-    # says "Object of type X is not JSON serializable".
-    if value is None or isinstance(value, bool):
-        return
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise NotJSON(
-                f"{path}: string is not valid Unicode text ({exc.reason} at index {exc.start})"
-            ) from None
-        return
-    if isinstance(value, int):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise NotJSON(f"{path}: {value!r} is not a JSON number (NaN and infinities are not)")
-        return
-    if isinstance(value, (list, tuple, dict)):
-        ident = id(value)
-        if ident in active:
-            raise NotJSON(f"{path}: circular reference")
-        active.add(ident)
-        try:
-            if isinstance(value, dict):
-                for key, item in value.items():
-                    if not isinstance(key, str):
-                        raise NotJSON(
-                            f"{path}: key {key!r} is a {type(key).__name__}; canonical JSON "
-                            "needs string keys (an int key would hash like its string)"
-                        )
-                    _check_json(item, f"{path}[{key!r}]", active)
-            else:
-                for index, item in enumerate(value):
-                    _check_json(item, f"{path}[{index}]", active)
-        finally:
-            active.discard(ident)
-        return
-    hint = ""
-    if type(value).__name__ == "Decimal":
-        hint = " (convert database numerics with float() or int())"
-    elif hasattr(value, "isoformat"):
-        hint = " (write dates and times as ISO strings)"
-    raise NotJSON(
-        f"{path}: {type(value).__name__} is not JSON{hint}; allowed are dict with str keys, "
-        "list, tuple, str, int, finite float, bool and None"
-    )
-
-
-def canonical(value: Any) -> str:
-    """The canonical JSON text of value: sorted keys, no spaces, UTF-8 characters unescaped.
-
-    Raises NotJSON (a TypeError) naming the offending path for anything that is not plain JSON:
-    sets, bytes, Decimal, datetimes, non-string keys, NaN and infinities, lone surrogates.
-    """
-    # Fast path in C; the Python walk runs only to name what is wrong, or when the text does not
-    # read back as the value (json.dumps silently turns int keys into strings; tuples are fine).
-    try:
-        text = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-        text.encode("utf-8")
-    except (TypeError, ValueError, RecursionError):
-        _check_json(value, "value", set())
-        raise
-    if json.loads(text) != value:
-        _check_json(value, "value", set())
-    return text
 
 
 def _sha256(text: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, validate
+from . import db, stored, validate
 from .errors import InvalidInput, WorkflowConflict, WorkflowNotFound
 from .vocabulary import WorkflowStatus
 
@@ -213,7 +213,7 @@ def same_start(conn: db.Conn, wf_id: str, existing: db.Row, *, name: str, wanted
         dedup_id,
     )
     return (existing["name"] == name and version_ok and same_opts
-            and db.to_json_text(existing["input"], "input") == input_text)  # fmt: skip
+            and stored.to_json_text(existing["input"], "input") == input_text)  # fmt: skip
 
 
 def cancel_awaiting(conn: db.Conn, wf_id: str) -> bool:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import codec, db, timeouts
+from . import codec, stored, timeouts
 from .errors import (
     Cancelled,
     ContinuedAsNew,
@@ -90,7 +90,7 @@ def ending(ended: BaseException | None, unwinding: BaseException | None, result:
         return _swallowed(unwinding)
     try:
         encoded = codec.encode(result, "the workflow's return value")  # types recorded
-        db.to_json_text(encoded, "the workflow's return value")
+        stored.to_json_text(encoded, "the workflow's return value")
     except TypeError as exc:
         error = {"type": "TypeError", "message": str(exc)}
         return Ending("failed", "failed", error=error, fields={"error": str(exc)})

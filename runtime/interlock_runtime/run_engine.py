@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
-from . import codec, db, killpoints, timeouts, validate
+from . import codec, db, killpoints, stored, timeouts
 from .effects import Prepared
 from .errors import (
     Cancelled,
@@ -300,8 +300,8 @@ class RunEngine:
             yield from self.flush()
         if error is not None:
             return None
-        local = db.stored_locally(output)
-        if local is not db.NEEDS_SERVER:
+        local = stored.stored_locally(output)
+        if local is not stored.NEEDS_SERVER:
             return local
         return (yield Query("as_stored", {"value": db.jsonb(output)}, "one"))["value"]
 
@@ -351,7 +351,9 @@ class RunEngine:
             raise
         self.bodies -= 1
         try:
-            output = json.loads(db.to_json_text(shape(output), f"the result of {kind} {name!r}"))
+            output = json.loads(
+                stored.to_json_text(shape(output), f"the result of {kind} {name!r}")
+            )
         except TypeError as exc:  # a bug in the body, not a transient failure: no retry
             yield from self.fail(seq, kind, name, exc, attempt, fingerprint)
         killpoints.hit(after_body)
@@ -595,7 +597,7 @@ class RunEngine:
 
     def set_status(self, value: Any) -> None:
         """ctx.set_status: a durable call recorded with the run's next write."""
-        text = validate.json_text(codec.encode(value, "the status"), "the status")
+        text = stored.json_text(codec.encode(value, "the status"), "the status")
         seq, row = self.place("step", STATUS_STEP)
         if row is None:
             self.check_claim()
@@ -642,7 +644,7 @@ class RunEngine:
         yield from self.frontier()
         cid = child_id or f"{self.workflow_id}/{seq}"
         what = f"the input of child {cid}"
-        text = db.to_json_text(codec.encode(input, what), what)
+        text = stored.to_json_text(codec.encode(input, what), what)
 
         def start(_: db.Row) -> Generator[Query, Any, None]:
             chosen = version
@@ -671,7 +673,7 @@ class RunEngine:
     def _continue_as_new(self, input: Any) -> Io[NoReturn]:
         yield from self.frontier()
         what = "the continue_as_new input"
-        text = db.to_json_text(codec.encode(input, what), what)
+        text = stored.to_json_text(codec.encode(input, what), what)
         new_id = successor_id(self.workflow_id)
         wf = self.workflow_id
 

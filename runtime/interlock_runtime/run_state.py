@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import codec, db, queues, telemetry, timeouts
+from . import codec, queues, stored, telemetry, timeouts
 from .errors import InvalidInput, StepFailed, StepTimedOut
 
 APPROVAL_SIGNAL = "approve"  # the signal rt.approve sends with its grant
@@ -169,7 +169,7 @@ def step_error(name: str, error: dict[str, Any]) -> StepFailed:
 
 
 def request_hash(request: Any) -> str:
-    return hashlib.sha256(db.to_json_text(request, "the decide request").encode()).hexdigest()
+    return hashlib.sha256(stored.to_json_text(request, "the decide request").encode()).hexdigest()
 
 
 def child_placement(queue: Any, priority: Any) -> dict[str, Any]:
@@ -189,7 +189,7 @@ def successor_id(wf_id: str) -> str:
 def checked_proposal(proposal: Any) -> None:
     """ctx.wait_approval's proposal must be a JSON value (it is shown to the approver)."""
     try:
-        db.to_json_text(proposal, "the proposal")
+        stored.to_json_text(proposal, "the proposal")
     except TypeError as exc:
         raise InvalidInput(str(exc)) from None
 

@@ -4,7 +4,8 @@ The client API (runtime.py) and the CLI (cli/) call these before anything is wri
 even read: an id, a name, a number, a JSON document. A refusal is an `InvalidInput` whose
 message is one line saying what was wrong and what to pass instead; a value that passes is
 returned in the form the runtime stores. The limits are module constants, listed in
-docs/errors.md.
+docs/errors.md; what a stored value may be (JSON documents, the NUL and UTF-8 rule for
+strings) is decided in stored.py (docs/design.md#stored-values).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .errors import InvalidInput
+from .stored import MAX_JSON_BYTES, MAX_JSON_DEPTH, json_text, string_problem, too_big, too_deep
 
 MAX_ID_CHARS = 200
 """Workflow, grant and effect ids: 1-200 characters of letters, digits and _ . : @ / # = + -"""
@@ -23,17 +25,9 @@ MAX_NAME_CHARS = 256
 """Names (signal, action, status, version), principals and who-did-it fields."""
 MAX_TEXT_CHARS = 16_384
 """Free text: reconcile evidence (newlines and tabs allowed)."""
-MAX_JSON_BYTES = 1 << 20
-"""A workflow input, signal payload, approval or constraints document, as UTF-8 JSON."""
-MAX_JSON_DEPTH = 64
-"""Nesting of arrays and objects in one JSON document."""
 MAX_SECONDS = 10 * 365 * 86_400.0
 """The longest timeout or expiry accepted: ten years (None means no limit where allowed)."""
-MAX_SAFE_INTEGER = 2**53
-"""Numbers in constraint bounds stay within what a JSON reader holds exactly."""
-
 _ID = re.compile(rf"[A-Za-z0-9_.:@/#=+-]{{1,{MAX_ID_CHARS}}}")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SHOWN = 60
 
 
@@ -45,10 +39,9 @@ def shown(value: Any) -> str:
 
 def _text_problem(value: str, *, newlines: bool) -> str | None:
     """What makes a string unstorable or unreadable, or None."""
-    if "\x00" in value:
-        return "it contains a NUL character"
-    if _LONE_SURROGATE.search(value):
-        return "it is not valid UTF-8 (a lone surrogate, e.g. from undecodable bytes)"
+    problem = string_problem(value)
+    if problem:
+        return problem
     allowed = "\n\t" if newlines else ""
     if any(not c.isprintable() and c not in allowed for c in value):
         return "it contains a control or invisible formatting character"
@@ -168,18 +161,17 @@ def parse_json(text_value: Any, what: str, *, max_bytes: int = MAX_JSON_BYTES) -
         raise InvalidInput(f"{what} must be JSON text")
     size = len(text_value.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
-        raise InvalidInput(f"{what} is {size} bytes; the limit is {max_bytes} bytes")
+        raise InvalidInput(too_big(what, size, max_bytes))
     depth = _text_depth(text_value)
     if depth > MAX_JSON_DEPTH:
-        raise InvalidInput(f"{what} nests {depth} levels deep; the limit is {MAX_JSON_DEPTH}: "
-                           "flatten it")  # fmt: skip
+        raise InvalidInput(too_deep(what, depth))
     try:
         value = json.loads(text_value, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{what} is not JSON ({exc}); give a JSON value such as "
                            "'{\"key\": 1}'") from None  # fmt: skip
     except RecursionError:
-        raise InvalidInput(f"{what} nests too deeply; the limit is {MAX_JSON_DEPTH}") from None
+        raise InvalidInput(too_deep(what)) from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
         raise InvalidInput(f"{what} is not usable JSON ({exc})") from None
     json_text(value, what, max_bytes=max_bytes)
@@ -207,64 +199,3 @@ def _text_depth(source: str) -> int:
         elif c in "]}":
             depth -= 1
     return deepest
-
-
-def depth(value: Any, *, max_items: int = MAX_JSON_BYTES) -> int:
-    """The nesting depth of a Python JSON value, without recursion (a scalar is 0). A cycle
-    counts as deeper than the limit; more than max_items items (each at least one byte of JSON,
-    shared sub-values counted each time) is InvalidInput."""
-    deepest = items = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, level = stack.pop()
-        items += 1
-        if items > max_items:
-            raise InvalidInput(f"the value has more than {max_items} items; the limit is "
-                               f"{max_items} bytes of JSON")  # fmt: skip
-        if isinstance(item, dict | list | tuple):
-            level += 1
-            deepest = max(deepest, level)
-            if level > MAX_JSON_DEPTH:
-                return level
-            stack.extend((v, level) for v in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
-def json_text(value: Any, what: str, *, max_bytes: int = MAX_JSON_BYTES) -> str:
-    """Canonical JSON text of a value, or InvalidInput: JSON types only, no NaN or infinity,
-    no NUL or lone surrogate (jsonb refuses both), at most MAX_JSON_DEPTH deep and max_bytes
-    long."""
-    levels = depth(value, max_items=max_bytes)
-    if levels > MAX_JSON_DEPTH:
-        raise InvalidInput(f"{what} nests more than {MAX_JSON_DEPTH} levels deep; flatten it")
-    try:
-        out = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except ValueError as exc:
-        raise InvalidInput(f"{what} is not JSON-serializable: {exc}; use finite numbers (no "
-                           "NaN or Infinity)") from None  # fmt: skip
-    except (TypeError, RecursionError) as exc:
-        raise InvalidInput(f"{what} is not JSON-serializable: {exc}; pass JSON values only "
-                           "(dict, list, str, number, bool, None)") from None  # fmt: skip
-    if ("\\u0000" in out or "\\ud" in out) and _unstorable(value):
-        raise InvalidInput(f"{what} is not storable in Postgres: it contains a NUL character or "
-                           "a lone UTF-16 surrogate (jsonb refuses both); remove or decode it")  # fmt: skip
-    size = len(out.encode())
-    if size > max_bytes:
-        raise InvalidInput(f"{what} is {size} bytes as JSON; the limit is {max_bytes} bytes")
-    return out
-
-
-def _unstorable(value: Any) -> bool:
-    """True if any string (or key) holds NUL or a lone surrogate."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item or _LONE_SURROGATE.search(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return False

@@ -1,4 +1,4 @@
-"""db.stored_locally against Postgres: the value a jsonb column gives back, computed without a
+"""stored.stored_locally against Postgres: the value a jsonb column gives back, computed without a
 round trip, must be exactly what Postgres returns, object key order included (a replay that
 iterates a recorded dict must see the order the first run saw)."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from interlock_runtime import db
+from interlock_runtime import db, stored
 
 SEED = int(os.environ.get("ILR_TEST_SEED", "20261203"))
 
@@ -56,15 +56,15 @@ def test_local_form_is_what_postgres_gives_back_key_order_included(conn) -> None
     values = [_value(rng) for _ in range(400)]
     values += [{"bb": 1, "a": 2, "é": 3, "€": 4, "ccc": 5}, {"€": 1, "aaa": 2}, {"ab": 1, "é": 2}]
     for value in values:
-        local = db.stored_locally(value)
-        assert local is not db.NEEDS_SERVER, value
+        local = stored.stored_locally(value)
+        assert local is not stored.NEEDS_SERVER, value
         server = conn.execute("select %s::jsonb as v", (db.jsonb(value),)).fetchone()["v"]
         assert _ordered(local) == _ordered(server), f"seed {SEED}: {value!r}"
 
 
 def test_what_only_postgres_can_say_still_asks_it(conn) -> None:
     for value in (1.5, [1, 2.0], {"a": 1, "b": {"c": 1e16}}, {1: "x", "y": 2}, (1, 2)):
-        assert db.stored_locally(value) is db.NEEDS_SERVER, value
+        assert stored.stored_locally(value) is stored.NEEDS_SERVER, value
     # and as_stored then makes its round trip: 1e16 comes back an int, as jsonb prints it
     assert db.as_stored(conn, {"b": 1e16, "a": 1}) == {"a": 1, "b": 10000000000000000}
 

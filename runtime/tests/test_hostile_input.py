@@ -20,7 +20,7 @@ import psycopg
 from hypothesis import HealthCheck, example, given, seed, settings
 from psycopg import sql
 
-from interlock_runtime import InvalidInput, Runtime, WorkflowNotFound, db, validate
+from interlock_runtime import InvalidInput, Runtime, WorkflowNotFound, db, stored, validate
 from interlock_runtime.errors import DatabaseUnreachable
 
 JSON = st.recursive(
@@ -66,7 +66,7 @@ def test_any_input_reads_back_identical_or_is_refused(dsn, value) -> None:
             assert "JSON" in str(exc) or "Postgres" in str(exc) or "limit" in str(exc)
             assert _count(conn) == before
             return
-        assert same(rt.describe(wf)["input"], db.json_value(value, "input"))
+        assert same(rt.describe(wf)["input"], stored.json_value(value, "input"))
 
 
 @SETTINGS

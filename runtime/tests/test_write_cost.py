@@ -13,7 +13,7 @@ import flows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from interlock_runtime import Runtime, db
+from interlock_runtime import Runtime, db, stored
 from interlock_runtime.testing import read_jsonl
 
 
@@ -102,7 +102,7 @@ json_values = st.recursive(
 )
 @given(value=json_values)
 def test_as_stored_matches_a_jsonb_round_trip(conn, value) -> None:
-    value = json.loads(db.to_json_text(value, "value"))  # as the step hands it over
+    value = json.loads(stored.to_json_text(value, "value"))  # as the step hands it over
     through = conn.execute("select %s::jsonb as v", (db.jsonb(value),)).fetchone()["v"]
     got = db.as_stored(conn, value)
     # type-exact: 1 and 1.0 differ, and key order matters

@@ -14,7 +14,6 @@ import asyncio
 import queue
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -93,20 +92,6 @@ class SyncPool:
                 return
 
 
-async def one(conn: AConn, name: str, params: dict[str, Any] | None = None) -> db.Row:
-    """The one row a named query returns (db.one's contract)."""
-    cur = await conn.execute(db.query(name), params)
-    row = await cur.fetchone()
-    if row is None:
-        raise LookupError("the statement returned no row where one was expected")
-    return row
-
-
-async def first(conn: AConn, name: str, params: dict[str, Any] | None = None) -> db.Row | None:
-    cur = await conn.execute(db.query(name), params)
-    return await cur.fetchone()
-
-
 async def rows(conn: AConn, name: str, params: dict[str, Any] | None = None) -> list[db.Row]:
     cur = await conn.execute(db.query(name), params)
     return await cur.fetchall()
@@ -117,28 +102,8 @@ async def fenced(conn: AConn, wf: str, epoch: int, ttl: float) -> AsyncIterator[
     """db.fenced as an async transaction: the fence UPDATE first; zero rows raises Fenced and
     the transaction rolls back (docs/design.md#fence)."""
     async with conn.transaction():
-        row = await first(conn, "fence", {"wf": wf, "epoch": epoch, "ttl": ttl})
+        cursor = await conn.execute(db.query("fence"), {"wf": wf, "epoch": epoch, "ttl": ttl})
+        row = await cursor.fetchone()
         if row is None:
             raise db.fence_lost(wf, epoch)
         yield row
-
-
-async def record_step_fenced(conn: AConn, step: dict[str, Any], ttl: float) -> db.Row:
-    """db.record_step_fenced, awaited: one statement, one round trip."""
-    row = await first(conn, "record_step_fenced", {**step, "ttl": ttl})
-    if row is None:
-        raise db.fence_lost(step["wf"], step["epoch"])
-    return row
-
-
-async def as_stored(conn: AConn, value: Any) -> Any:
-    """db.as_stored: the value as jsonb gives it back."""
-    local = db.stored_locally(value)
-    if local is not db.NEEDS_SERVER:
-        return local
-    return (await one(conn, "as_stored", {"value": db.jsonb(value)}))["value"]
-
-
-async def db_now(conn: AConn) -> datetime:
-    now: datetime = (await one(conn, "db_now"))["now"]
-    return now

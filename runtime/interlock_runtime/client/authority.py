@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from .. import authority, db, journal, validate
+from .. import authority, db, journal, stored, validate
 from ..errors import InvalidInput, WorkflowConflict, WorkflowNotFound
 from .connection import ClientConnection, check_id, input_text
 from .operations import lock_live, signal_in
@@ -128,7 +128,7 @@ def _check_numbers(constraints: Any) -> None:
         for op in ("min", "max"):
             if isinstance(ops, dict) and op in ops:
                 validate.number(ops[op], f"constraint on {validate.shown(field)}: {op}",
-                                low=-validate.MAX_SAFE_INTEGER, high=validate.MAX_SAFE_INTEGER)  # fmt: skip
+                                low=-stored.MAX_SAFE_INTEGER, high=stored.MAX_SAFE_INTEGER)  # fmt: skip
 
 
 def _check_money(bounds: dict[str, dict[str, Any]] | None) -> None:

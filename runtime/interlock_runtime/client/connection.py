@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from .. import db, durability, end_notices, local_postgres, migrations, validate
+from .. import db, durability, end_notices, local_postgres, migrations, stored, validate
 from ..vocabulary import TERMINAL_STATUSES
 
-MAX_INPUT_BYTES = validate.MAX_JSON_BYTES
+MAX_INPUT_BYTES = stored.MAX_JSON_BYTES
 MAX_LIST_LIMIT = 100_000
 """rt.list(limit=...) and `interlock list --limit`: 1 to this many rows."""
 MAX_SEQ = 2**31 - 1
@@ -33,9 +33,9 @@ def check_id(value: Any, what: str = "workflow id") -> str:
 
 
 def input_text(value: Any, what: str = "workflow input") -> str:
-    """Canonical JSON text of a value, or InvalidInput (validate.json_text: JSON types, finite
+    """Canonical JSON text of a value, or InvalidInput (stored.json_text: JSON types, finite
     numbers, no NUL or lone surrogate, at most 64 levels deep and 1 MiB)."""
-    return validate.json_text(value, what, max_bytes=MAX_INPUT_BYTES)
+    return stored.json_text(value, what, max_bytes=MAX_INPUT_BYTES)
 
 
 class ClientConnection:

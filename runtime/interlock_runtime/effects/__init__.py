@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .. import db, journal
+from .. import db, journal, stored
 from ..errors import InvalidInput
 from ..run_port import RunPort
 from ..telemetry import effect_span
@@ -124,8 +124,8 @@ def prepare(target: Any, key: str, payload: Any, premises: Any, grant: str,
     if not isinstance(key, str) or not key or len(key) > 500:
         raise InvalidInput(f"effect key {key!r}: use a non-empty string of at most 500 characters")
     try:
-        db.to_json_text(payload, "the effect payload")
-        db.to_json_text(premises, "the effect premises")
+        stored.to_json_text(payload, "the effect payload")
+        stored.to_json_text(premises, "the effect premises")
     except TypeError as exc:
         raise InvalidInput(str(exc)) from None
     local_premises = [(fn, args) for fn, args in local_premises]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from .. import db, killpoints
+from .. import db, killpoints, stored
 from ..errors import Fenced, TargetRejected
 from ..events import emit
 from ..telemetry import COMMIT, effect_stage
@@ -39,7 +39,7 @@ def send_and_commit(call: EffectCall, t0: float, via: str | None,
         return _leave_open(call, "not sent: the local lease deadline passed before the send")
     killpoints.hit(after_send)
     call.breaker.count(failed=False)
-    result = db.json_value(result, "the target's response")
+    result = stored.json_value(result, "the target's response")
     fields: dict[str, Any] = {"result": result}
     holds, detail = yield from post_holds(call, call.payload)
     if holds is False:
@@ -127,16 +127,16 @@ def _definite_failure(call: EffectCall, exc: TargetRejected, rechecked: Any) -> 
             return call.resolved_elsewhere_in_txn(eff)
         chain = call.chain(fence["now"].timestamp())
         if found:
-            chain.append("COMMITTED", via="failed-but-landed", found=db.json_value(found, "found"),
+            chain.append("COMMITTED", via="failed-but-landed", found=stored.json_value(found, "found"),
                          result=None, rechecked=rechecked)  # fmt: skip
             call.set_state("committed")
-            return call.record("COMMITTED_ON_QUERY", db.json_value(found, "found"))
+            return call.record("COMMITTED_ON_QUERY", stored.json_value(found, "found"))
         chain.append("REFUSED", reason=f"target rejected: {exc.reason}", resolves=True,
-                     response=db.json_value(exc.response, "response"))  # fmt: skip
+                     response=stored.json_value(exc.response, "response"))  # fmt: skip
         call.set_state("proposed")
         return call.record(
             "REFUSED:target_error",
-            db.json_value(exc.response, "response"),
+            stored.json_value(exc.response, "response"),
             f"target rejected: {exc.reason}",
         )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import db, journal, killpoints
+from .. import db, journal, killpoints, stored
 from ..telemetry import RECOVERY, effect_stage
 from .authority import grant_checks, local_violations
 from .call import EffectCall, journal_entries
@@ -98,10 +98,10 @@ def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str],
             return finish("ambiguous", "AMBIGUOUS")
         elif found and post[0] is False:
             chain.append("AMBIGUOUS", reason=f"postcondition failed: {post[1]}",
-                         rechecked=rechecked, found=db.json_value(found, "found"))  # fmt: skip
+                         rechecked=rechecked, found=stored.json_value(found, "found"))  # fmt: skip
             return finish("ambiguous", "POSTCONDITION_FAILED", {"detail": post[1]})
         elif found:
-            found = db.json_value(found, "found")
+            found = stored.json_value(found, "found")
             extra = {"verified": True} if post[0] else {}
             chain.append("COMMITTED", via="recovery-query", rechecked=rechecked, found=found,
                          result=found, **extra)  # fmt: skip

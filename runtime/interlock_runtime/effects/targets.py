@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from .. import stored
 from ..errors import InterlockError, InvalidInput, TargetRejected
 from ..telemetry import trace_headers
 from .spec import check_target, timing_values
@@ -661,9 +662,9 @@ SHORT_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar("interlock_sho
 
 
 def _json_bytes(body: Any) -> bytes:
-    """Canonical JSON (sorted keys): a resend of the same payload is the same bytes, whatever
-    key order the payload came back from Postgres in."""
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    """The stored text (sorted keys, stored.to_json_text): a resend of the same payload is the
+    same bytes, whatever key order the payload came back from Postgres in."""
+    return stored.to_json_text(body, "the request body").encode()
 
 
 def _reason(status: int, body: Any) -> str:

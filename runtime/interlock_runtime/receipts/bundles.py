@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .. import journal
+from .. import journal, stored
 from . import keys as receipt_keys
 
 if TYPE_CHECKING:
@@ -85,19 +85,19 @@ def chain_signature(effect_id: str, last_hash: str, key: bytes) -> str:
 def bundle_signature(bundle: Mapping[str, Any], key: bytes) -> str:
     """HMAC-SHA256 (hex) over the format name and the canonical bundle without its signatures."""
     unsigned = {k: v for k, v in bundle.items() if k not in SIGNATURE_FIELDS}
-    return _hmac(_require_key(key), f"{FORMAT}\n{journal.canonical(unsigned)}")
+    return _hmac(_require_key(key), f"{FORMAT}\n{stored.canonical(unsigned)}")
 
 
 def content_hash(bundle: Mapping[str, Any]) -> str:
     """sha256 (hex) over the canonical text of the bundle's content fields (CONTENT_FIELDS,
     missing ones as null): the entries, late_result, reconciled, the format and the effect id."""
     content = {k: bundle.get(k) for k in CONTENT_FIELDS}
-    return hashlib.sha256((CONTENT_DOMAIN + journal.canonical(content)).encode("utf-8")).hexdigest()
+    return hashlib.sha256((CONTENT_DOMAIN + stored.canonical(content)).encode("utf-8")).hexdigest()
 
 
 def head_message(head: Mapping[str, Any]) -> bytes:
     """The bytes an Ed25519 signature covers: a domain line and the canonical head."""
-    return (HEAD_DOMAIN + journal.canonical(dict(head))).encode("utf-8")
+    return (HEAD_DOMAIN + stored.canonical(dict(head))).encode("utf-8")
 
 
 def make_head(bundle: Mapping[str, Any], kid: str) -> dict[str, Any]:
@@ -169,7 +169,7 @@ def bundle(
         if isinstance(entry, (str, bytes, bytearray)):
             plain.append(journal.parse_body(entry))
         elif isinstance(entry, Mapping):
-            plain.append(json.loads(journal.canonical(dict(entry))))
+            plain.append(json.loads(stored.canonical(dict(entry))))
         else:
             raise TypeError(
                 f"entries[{index}] must be a sealed entry (dict) or its body text, "
@@ -179,8 +179,8 @@ def bundle(
         "format": FORMAT,
         "effect_id": effect_id,
         "entries": plain,
-        "late_result": json.loads(journal.canonical(late_result)),
-        "reconciled": json.loads(journal.canonical(reconciled)),
+        "late_result": json.loads(stored.canonical(late_result)),
+        "reconciled": json.loads(stored.canonical(reconciled)),
         "signature": None,
         "bundle_signature": None,
     }
@@ -191,7 +191,7 @@ def dumps(bundle: Mapping[str, Any], pretty: bool = False) -> str:
     """The bundle as JSON text: canonical by default, indented (sorted keys) when pretty."""
     if pretty:
         return json.dumps(bundle, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
-    return journal.canonical(dict(bundle))
+    return stored.canonical(dict(bundle))
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
