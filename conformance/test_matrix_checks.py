@@ -237,3 +237,22 @@ def test_a_claim_taken_over_ends_for_its_first_owner() -> None:
               dict(_claim("pri0-3", 1.6, epoch=2), owner="w2", prev_lease_expires_at=at(1.5)),
               dict(_claim("pri0-1", 1.55), owner="w1")]  # fmt: skip
     assert not checks.worker_limit_and_priority(evidence(*runs, claims=claims))
+
+
+def test_modes_compared_finds_a_pair_whose_modes_end_differently() -> None:
+    from conformance.matrix.run import modes_compared
+
+    def cell(mode: str, verdict: str, statuses: list[str]) -> dict:
+        return {"feature": "steps", "fault": "sigkill", "mode": mode, "verdict": verdict,
+                "statuses": statuses}  # fmt: skip
+
+    same = modes_compared(
+        [cell("sync", "PASS", ["completed"]), cell("async", "PASS", ["completed"])]
+    )
+    assert [p["same"] for p in same] == [True]
+    ended = modes_compared([cell("sync", "PASS", ["completed"]), cell("async", "PASS", ["failed"])])
+    judged = modes_compared(
+        [cell("sync", "PASS", ["completed"]), cell("async", "FAIL", ["completed"])]
+    )
+    alone = modes_compared([cell("sync", "PASS", ["completed"])])
+    assert [p["same"] for p in ended + judged] == [False, False] and alone == []

@@ -144,6 +144,17 @@ def report(matrix: Matrix, results: list[dict[str, Any]], seed: int, wall: float
     }  # fmt: skip
 
 
+def modes_compared(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each (feature, fault) run in more than one mode: its verdict and end statuses per mode,
+    and whether they agree (`same`)."""
+    by_pair: dict[tuple[str, str], dict[str, tuple[str, frozenset[str]]]] = {}
+    for r in cells:
+        modes = by_pair.setdefault((r["feature"], r["fault"]), {})
+        modes[r["mode"]] = (r["verdict"], frozenset(r.get("statuses") or ()))
+    return [{"feature": f, "fault": x, "modes": modes, "same": len(set(modes.values())) == 1}
+            for (f, x), modes in by_pair.items() if len(modes) > 1]  # fmt: skip
+
+
 def render(rep: dict[str, Any], matrix: Matrix) -> str:
     size, totals = rep["size"], rep["totals"]
     dirty = " (dirty)" if rep["dirty"] else ""
@@ -199,6 +210,20 @@ def render(rep: dict[str, Any], matrix: Matrix) -> str:
                                f"{t.get('takeovers', 0)} tk, {t.get('db_fault_events', 0)} db, "
                                f"{r['seconds']} s)")  # fmt: skip
             lines.append(f"| {feature} | " + " | ".join(row) + " |")
+        lines.append("")
+    pairs = modes_compared(rep["cells"])
+    differ = [p for p in pairs if not p["same"]]
+    lines += [
+        "## Both modes", "",
+        "The sync and the asyncio worker run one engine (docs/design.md#run-engine); each "
+        "(feature, fault) run in both modes is compared: the same verdict and the same set of "
+        "statuses its runs ended in, read from the workflows table. "
+        f"**{len(pairs) - len(differ)} of {len(pairs)} pairs behave the same.**", "",
+    ]  # fmt: skip
+    for p in differ:
+        lines.append(f"- {p['feature']}/{p['fault']}: " + "; ".join(
+            f"{m} {v} {sorted(st)}" for m, (v, st) in p["modes"].items()))  # fmt: skip
+    if differ:
         lines.append("")
     bad = [r for r in rep["cells"] if r["verdict"] != "PASS"]
     lines += ["## Violations and errors", ""]
