@@ -177,12 +177,14 @@ class RunEngine:
     def check_claim(self) -> None:
         """Before a call runs for real: the claim must still be ours, locally and remotely."""
         run = self.run
-        if run.fenced:
-            self.unwind(Fenced(f"{run.workflow_id}: heartbeat found epoch {run.epoch} fenced"))
+        # The local deadline first: it needs nobody's answer, so when both hold it is the one
+        # said (the heartbeat's news of a fence may arrive in any order with a stalled load).
         if time.monotonic() >= run.local_deadline:
             self.unwind(
                 Fenced(f"{run.workflow_id}: local lease deadline passed (epoch {run.epoch})")
             )
+        if run.fenced:
+            self.unwind(Fenced(f"{run.workflow_id}: heartbeat found epoch {run.epoch} fenced"))
         if run.execution_local is not None and time.monotonic() >= run.execution_local:
             self.unwind(WorkflowTimedOut(f"{run.workflow_id}: execution deadline "
                                          f"{run.execution_deadline} passed"))  # fmt: skip
