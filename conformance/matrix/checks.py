@@ -4,6 +4,7 @@ Each returns a list of violations (empty: it holds). models/faults.yaml names th
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta
 from typing import Any
@@ -152,10 +153,10 @@ def effect_at_most_once(ev: Evidence) -> list[str]:
 
 
 def tick_starts_at_most_once(ev: Evidence) -> list[str]:
-    """Each tick started at most one run (the runs' own inputs), and each started fire names a
-    run that exists."""
-    ticks = Counter(w["input"]["scheduled_at"] for w in _runs(ev))
-    out = [f"tick {t} started {n} runs" for t, n in ticks.items() if n > 1]
+    """Each tick of a schedule started at most one run (the runs' own inputs), and each started
+    fire names a run that exists."""
+    ticks = Counter((w["input"]["schedule_id"], w["input"]["scheduled_at"]) for w in _runs(ev))
+    out = [f"{sid} tick {t} started {n} runs" for (sid, t), n in ticks.items() if n > 1]
     ids = {w["id"] for w in ev["workflows"]}
     out += [f"fire {f['tick']} names {f['workflow_id']}, which does not exist"
             for f in ev["fires"] if f["outcome"] == "started" and f["workflow_id"] not in ids]  # fmt: skip
@@ -274,11 +275,16 @@ def rate_and_keys_bounded(ev: Evidence) -> list[str]:
 
 
 def receipts_verify(ev: Evidence) -> list[str]:
-    """Every effect's receipt, signed with Ed25519 and verified with only the public key, is
-    sound and signed, and says the effect happened once exactly when the target's own ledger
-    applied its key once (and not at all when the ledger never applied it)."""
+    """Every effect sent has a receipt (each key the target's access log saw posted, and each
+    its ledger applied, is an effect with one); each receipt, signed with Ed25519 and verified
+    with only the public key, is sound and signed, and says the effect happened once exactly
+    when the target's own ledger applied its key once (and not at all when the ledger never
+    applied it)."""
     applied = Counter(r["key"] for r in ev["ledger"])
-    out = []
+    sent = {r["key"] for r in ev.get("access_log", []) if r["method"] == "POST"
+            and r["path"] == "/refunds" and r["key"] is not None}  # fmt: skip
+    out = [f"{key}: sent to the target, no receipt" for key in sorted((sent | set(applied))
+                                                                      - set(ev["receipts"]))]  # fmt: skip
     for eid, v in ev["receipts"].items():
         if not (v["valid"] and v["signed"] and v["integrity"] == ESTABLISHED):
             out.append(f"{eid}: valid {v['valid']}, signed {v['signed']}, integrity "
@@ -395,6 +401,99 @@ def queries_follow_history(ev: Evidence) -> list[str]:
     return out
 
 
+def _minutes(low: datetime, high: datetime) -> list[datetime]:
+    """The whole minutes from low to high, both included: the ticks of '* * * * *' (UTC)."""
+    first = math.ceil(low.timestamp() / 60) * 60
+    return [datetime.fromtimestamp(t, low.tzinfo)
+            for t in range(first, math.floor(high.timestamp()) + 1, 60)]  # fmt: skip
+
+
+def catchup_as_documented(ev: Evidence) -> list[str]:
+    """Each cron schedule back from an outage (facts: backlogs, its first undecided tick; window,
+    the catch-up window) was caught up as docs/schedules.md says, from the schedules and
+    schedule_fires tables: its ticks are its expression's (every minute); the first pass (the
+    earliest decided_at, that transaction's now()) decided exactly the ticks no older than the
+    window, and under skip started the first and skipped the others, under allow_all started
+    each; no tick was decided older than the window; every tick from the outage to the last one
+    decided is a fire or was dropped as older than the window at the first pass, and
+    missed_ticks counts exactly those dropped."""
+    window = timedelta(seconds=ev["facts"]["window"])
+    rows = {r["id"]: r for r in ev["schedules"]}
+    out = []
+    for sid, since_text in ev["facts"]["backlogs"].items():
+        since = datetime.fromisoformat(since_text)
+        fires = sorted((f for f in ev["fires"] if f["schedule_id"] == sid
+                        and f["source"] == "schedule"), key=lambda f: f["tick"])  # fmt: skip
+        if not fires:
+            out.append(f"{sid}: nothing was caught up")
+            continue
+        out += [f"{sid}: tick {f['tick']} is not a tick of its expression" for f in fires
+                if f["tick"].timestamp() % 60]  # fmt: skip
+        out += [f"{sid}: tick {f['tick']} decided at {f['decided_at']}, older than the window"
+                for f in fires if f["tick"] < f["decided_at"] - window]  # fmt: skip
+        first = min(f["decided_at"] for f in fires)
+        cutoff = first - window
+        caught = [f for f in fires if f["decided_at"] == first]
+        want = _minutes(max(since, cutoff), first)
+        if [f["tick"] for f in caught] != want:
+            out.append(f"{sid}: the catch-up pass at {first} decided "
+                       f"{[str(f['tick']) for f in caught]}, the window holds {[str(t) for t in want]}")  # fmt: skip
+        outcomes = [f["outcome"] for f in caught]
+        policy = rows[sid]["overlap"]
+        expect = (["started"] * len(caught) if policy == "allow_all"
+                  else ["started"] + ["skipped"] * (len(caught) - 1))  # fmt: skip
+        if outcomes != expect:
+            out.append(f"{sid} ({policy}): the catch-up pass decided {outcomes}, not {expect}")
+        decided = {f["tick"] for f in fires}
+        unfired = [t for t in _minutes(since, rows[sid]["last_tick"]) if t not in decided]
+        out += [f"{sid}: tick {t} lost: neither decided nor older than the window at {first}"
+                for t in unfired if t >= cutoff]  # fmt: skip
+        if rows[sid]["missed_ticks"] != len(unfired):
+            out.append(f"{sid}: missed_ticks {rows[sid]['missed_ticks']}, but {len(unfired)} "
+                       "ticks were dropped")  # fmt: skip
+    return out
+
+
+def console_acted_as_operator(ev: Evidence) -> list[str]:
+    """What the person did at the console, from the grants, effects and operator_audit tables:
+    each run was approved by one grant, the one the console reported, given by the logged-in
+    operator and bound to the hash of the payload its page showed; every effect sent under it
+    carries that hash; each approve and each revoke has its audit row naming the operator and
+    the grant; the grant revoked at the console is revoked by that operator."""
+    from interlock_runtime.journal import payload_hash
+
+    who, facts = ev["facts"]["operator"], ev["facts"]
+    grants = {g["id"]: g for g in ev["grant_rows"]}
+    out = []
+    for wf in ev["runs"]:
+        mine = [g for g in ev["grant_rows"] if g["principal"] == f"workflow:{wf}"
+                and g["payload_hash"] is not None]  # fmt: skip
+        gid = facts["grants"].get(wf)
+        if [g["id"] for g in mine] != [gid]:
+            out.append(f"{wf}: approval grants {[g['id'] for g in mine]}, the console said {gid}")
+            continue
+        g = grants[gid]
+        if g["granted_by"] != who:
+            out.append(f"{wf}: grant {gid} given by {g['granted_by']}, logged in as {who}")
+        if g["payload_hash"] != payload_hash(facts["shown"][wf]):
+            out.append(f"{wf}: grant {gid} binds a payload other than the one shown")
+        out += [f"{e['effect_id']}: sent under {gid} with another payload" for e in ev["effect_rows"]
+                if e["grant_id"] == gid and e["payload_hash"] != g["payload_hash"]]  # fmt: skip
+        audited = [a for a in ev["audit"] if a["event"] == "approve" and a["subject"] == wf]
+        if [(a["operator"], (a["detail"] or {}).get("grant_id")) for a in audited] != [(who, gid)]:
+            out.append(f"{wf}: approve audit rows {audited}, expected one by {who} for {gid}")
+    for r in facts["revokes"]:
+        g = grants.get(r["grant"])
+        if g is None or g["revoked_at"] is None or g["revoked_by"] != who:
+            out.append(f"grant {r['grant']} revoked at the console: row {g}")
+        if not [a for a in ev["audit"] if a["event"] == "revoke" and a["subject"] == r["grant"]
+                and a["operator"] == who]:  # fmt: skip
+            out.append(f"grant {r['grant']}: no revoke audit row by {who}")
+    if not facts["revokes"]:
+        out.append("nothing was revoked at the console")
+    return out
+
+
 # A check that judges what an invariant of the catalog judges: it follows that invariant's
 # prediction when a fault lifts an assumption (run.judge).
 TWINS = {"effect_at_most_once": "EffectAtMostOnceTier12"}
@@ -406,4 +505,4 @@ CHECKS = {f.__name__: f for f in (
     paused_starts_nothing, timeout_fires_in_bound, children_exactly_once, chain_complete,
     attempt_not_abandoned_early, rate_and_keys_bounded, runs_never_overlap,
     queries_follow_history, receipts_verify, buffered_one_and_not_made_up,
-    worker_limit_and_priority)}  # fmt: skip
+    worker_limit_and_priority, catchup_as_documented, console_acted_as_operator)}  # fmt: skip

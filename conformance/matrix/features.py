@@ -46,9 +46,10 @@ def _fires_after_pause(s: Session) -> list[dict[str, Any]]:
     """The started fires whose transaction committed after the pause: invisible in the snapshot
     taken after it (a fire row is inserted once and not updated, so its xmin is its insert's;
     xmin read as xid8 holds while the cluster's xid epoch is 0)."""
-    return _rows(s, "select tick, workflow_id from ilr.schedule_fires where schedule_id = %s "
+    sids = s.facts.get("schedules") or [s.facts["schedule"]]
+    return _rows(s, "select tick, workflow_id from ilr.schedule_fires where schedule_id = any(%s) "
                     "and outcome = 'started' and not pg_visible_in_snapshot(xmin::text::xid8, "
-                    "%s::pg_snapshot)", (s.facts["schedule"], s.facts["snapshot_after_pause"]))  # fmt: skip
+                    "%s::pg_snapshot)", (sids, s.facts["snapshot_after_pause"]))  # fmt: skip
 
 
 class Feature:
@@ -80,9 +81,13 @@ class ScheduleFeature(Feature):
 
     SID = ""
 
-    def count(self, s: Session) -> int:
+    def sids(self) -> list[str]:
+        """The schedules of the feature (one, but for cron's two)."""
+        return [self.SID]
+
+    def count(self, s: Session, sid: str | None = None) -> int:
         return int(_rows(s, "select count(*) n from ilr.workflows where input->>'schedule_id' "
-                            "= %s", (self.SID,))[0]["n"])  # fmt: skip
+                            "= %s", (sid or self.SID,))[0]["n"])  # fmt: skip
 
     def wait_runs(self, s: Session, n: int) -> None:
         from interlock_runtime.testing import wait_for
@@ -92,17 +97,20 @@ class ScheduleFeature(Feature):
     def pause_last(self, s: Session, rt: Runtime) -> None:
         """Pause, then two more intervals (a paused schedule must start nothing); the runs to
         judge are every run the schedule started."""
-        _retrying(lambda: rt.pause_schedule(self.SID, by="matrix"))
+        for sid in self.sids():
+            _retrying(lambda sid=sid: rt.pause_schedule(sid, by="matrix"))
         _after_pause(s)
         time.sleep(2.5)
         s.runs.extend(r["id"] for r in _rows(s, "select id from ilr.workflows where "
-                                                "input->>'schedule_id' = %s order by id",
-                                                (self.SID,)))  # fmt: skip
+                                                "input->>'schedule_id' = any(%s) order by id",
+                                                (self.sids(),)))  # fmt: skip
 
     def collect(self, s: Session, out: dict[str, Any]) -> None:
         super().collect(s, out)
         out["fires"] = _rows(s, "select * from ilr.schedule_fires order by tick")
         out["fires_after_pause"] = _fires_after_pause(s)
+        out["schedules"] = _rows(s, "select id, overlap, missed_ticks, next_fire_at, last_tick "
+                                    "from ilr.schedules order by id")  # fmt: skip
 
 
 class Steps(Feature):
@@ -471,6 +479,93 @@ class Queries(Feature):
         s.facts["answers"] = answers
 
 
+class Cron(ScheduleFeature):
+    """Two cron schedules, their ticks a minute apart, each back from an outage: made with its
+    next tick BACKLOG minutes in the past, as a schedule is left when no worker ran for that
+    long. The first pass catches up (docs/schedules.md#downtime-and-catch-up): ticks older than
+    the catch-up window are dropped and counted in missed_ticks, the others decided in order
+    under the overlap policy. `cron_all` (allow_all) is caught up by the workers as they start
+    (its runs are what the fault lands on); `cron_skip` (skip) is put back after the fault, so
+    the workers that came through it catch it up."""
+
+    BACKLOG, WINDOW, HOLD = 5, 150.0, 2.0  # minutes behind; seconds of catch-up; of each run
+    SPECS = {"cron_all": ("* * * * *", "allow_all"), "cron_skip": ("0-59 * * * *", "skip")}
+
+    def sids(self) -> list[str]:
+        return list(self.SPECS)
+
+    def _back_from_outage(self, s: Session, rt: Runtime, sid: str) -> None:
+        """Made paused, then in one transaction unpaused with its next tick in the past; only
+        once (last_tick null), so a retry through a fault does not put it back twice."""
+        cron, overlap = self.SPECS[sid]
+        rt.create_schedule(sid, s.flows.m_scheduled, cron=cron, overlap=overlap, paused=True,
+                           catchup_window=self.WINDOW,
+                           input={"log": s.side_log, "hold": self.HOLD})  # fmt: skip
+        _rows(s, "update ilr.schedules set paused = false, paused_at = null, paused_by = null, "
+                 "next_fire_at = date_trunc('minute', now()) - make_interval(mins => %s) "
+                 "where id = %s and last_tick is null returning id", (self.BACKLOG, sid))  # fmt: skip
+        since = _rows(s, "select next_fire_at from ilr.schedules where id = %s", (sid,))
+        s.facts.setdefault("backlogs", {})[sid] = since[0]["next_fire_at"].isoformat()
+
+    def start(self, s: Session, rt: Runtime) -> None:
+        s.facts.update(schedules=self.sids(), window=self.WINDOW)
+        self._back_from_outage(s, rt, "cron_all")
+
+    def ready(self, s: Session) -> bool:
+        return _started(s, "tick", 2)  # two of the caught-up runs are running
+
+    def after_fault(self, s: Session, rt: Runtime) -> None:
+        from interlock_runtime.testing import wait_for
+
+        _retrying(lambda: self._back_from_outage(s, rt, "cron_skip"))
+        wait_for(lambda: self.count(s, "cron_skip") >= 1, 60, "cron_skip's catch-up")
+        self.pause_last(s, rt)
+
+
+class ConsoleApprovals(Approvals):
+    """As approvals, but a person approves and revokes at the console: `interlock console` on a
+    real socket, its login, the workflow's page and the form on it (conformance/matrix/
+    console.py), never rt.approve."""
+
+    def start(self, s: Session, rt: Runtime) -> None:
+        from conformance.matrix.console import ConsoleProcess, Person
+
+        console = ConsoleProcess(s.dsn, s.log_dir)
+        s.stack.callback(console.close)
+        self.person = Person(console)
+        self.person.log_in()
+        super().start(s, rt)
+
+    def launched(self, s: Session, rt: Runtime) -> None:
+        """The person approves each proposal at its workflow's page once it waits."""
+        from conformance.matrix.console import OPERATOR
+        from interlock_runtime.testing import wait_for
+
+        s.facts.update(grants={}, shown={}, operator=OPERATOR)
+        for wf in s.runs:
+            wait_for(lambda wf=wf: (rt.describe(wf)["waiting"] or {}).get("signal") == "approve",
+                     60, f"{wf} to wait for approval")  # fmt: skip
+            s.facts["grants"][wf], s.facts["shown"][wf] = self.person.approve(wf)
+
+    def after_fault(self, s: Session, rt: Runtime) -> None:
+        """The last approval is revoked at the console once the fault has landed (its send
+        may be done, in flight or not yet made); the console's list of what may still land is
+        the evidence of RevokeLinearizable, as rt.revoke's is for approvals."""
+        from conformance.matrix.console import revoke_recorded
+
+        grant = s.facts["grants"][s.runs[-1]]
+        _retrying(lambda: revoke_recorded(self.person, grant, s.facts["revokes"]))
+
+    def collect(self, s: Session, out: dict[str, Any]) -> None:
+        super().collect(s, out)
+        out["grant_rows"] = _rows(s, "select id, principal, payload_hash, facts_seen, granted_by, "
+                                     "revoked_at, revoked_by from ilr.grants order by id")  # fmt: skip
+        out["audit"] = _rows(s, "select event, operator, subject, detail from "
+                                "ilr.operator_audit order by id")  # fmt: skip
+        out["effect_rows"] = _rows(s, "select effect_id, workflow_id, payload_hash, grant_id "
+                                      "from ilr.effects order by effect_id")  # fmt: skip
+
+
 FEATURES: dict[str, Feature] = {
     "steps": Steps(),
     "timers": Timers(),
@@ -490,4 +585,6 @@ FEATURES: dict[str, Feature] = {
     "queries": Queries(),
     "buffer_resume": BufferResume(),
     "worker_limits": WorkerLimits(),
+    "cron": Cron(),
+    "console_approvals": ConsoleApprovals(),
 }

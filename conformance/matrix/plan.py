@@ -46,7 +46,10 @@ class Matrix:
         return bool(self.faults[cell.fault]["exclusive"])
 
     def applies(self, feature: str, fault: str) -> bool:
-        """Whether the fault can touch the feature (`applies` absent: every feature)."""
+        """Whether the fault can touch the feature: the feature's own `faults` where it names
+        them, else the fault's `applies` (absent: every feature)."""
+        if "faults" in self.features[feature]:
+            return fault in self.features[feature]["faults"]
         return feature in self.faults[fault].get("applies", self.features)
 
     def cells(self, seed: int) -> list[Cell]:
@@ -94,6 +97,8 @@ def load(path: Path = DECLARED) -> Matrix:
     problems += [f"invariant {name!r} of {f} has no check in conformance/matrix/checks.py or the catalog"
                  for f in m.features for name in m.invariants(f)
                  if name not in CHECKS and name not in INVARIANTS]  # fmt: skip
+    problems += [f"feature {f!r} names fault {x!r}, which is not declared" for f, spec
+                 in m.features.items() for x in spec.get("faults", []) if x not in m.faults]  # fmt: skip
     problems += [f"fault {f!r} lacks driven/exclusive/meaning" for f, spec in m.faults.items()
                  if not {"driven", "exclusive", "meaning"} <= set(spec)]  # fmt: skip
     if set(m.modes) != {"sync", "async"}:
