@@ -110,11 +110,13 @@ def test_a_refund_applied_twice_missing_or_unclaimed() -> None:
 
 
 def test_a_tick_started_twice_and_a_start_after_the_pause() -> None:
-    runs = [wf("s1", input={"scheduled_at": "t1"}, created_at=at(1)),
-            wf("s2", input={"scheduled_at": "t1"}, created_at=at(2))]  # fmt: skip
+    runs = [wf("s1", input={"schedule_id": "ms", "scheduled_at": "t1"}, created_at=at(1)),
+            wf("s2", input={"schedule_id": "ms", "scheduled_at": "t1"}, created_at=at(2))]  # fmt: skip
     ev = evidence(*runs, fires=[], fires_after_pause=[], facts={"paused_at": at(1.5).isoformat()})
-    assert checks.tick_starts_at_most_once(ev) == ["tick t1 started 2 runs"]
+    assert checks.tick_starts_at_most_once(ev) == ["ms tick t1 started 2 runs"]
     assert len(checks.paused_starts_nothing(ev)) == 1
+    runs[1]["input"]["schedule_id"] = "other"  # one tick of two schedules: a run each
+    assert not checks.tick_starts_at_most_once(ev)
     assert checks.tick_starts_at_most_once(evidence(fires=[])) == ["the schedule started nothing"]
     late = evidence(runs[0], fires_after_pause=[{"tick": "t1", "workflow_id": "s1"}],
                     facts={"paused_at": at(1.5).isoformat()})  # fmt: skip
@@ -193,8 +195,21 @@ def test_a_receipt_that_disagrees_with_the_ledger_or_is_unsigned() -> None:
     assert len(checks.receipts_verify(ev)) == 1
     ev["receipts"] = {"eff_2": dict(good)}  # the ledger never applied eff_2
     assert checks.receipts_verify(ev) == [
-        "eff_2: never applied at the target, receipt says it happened"
+        "eff_1: sent to the target, no receipt",
+        "eff_2: never applied at the target, receipt says it happened",
     ]
+
+
+def test_an_effect_sent_without_a_receipt() -> None:
+    """Each key the target saw posted to /refunds has a receipt, applied or not."""
+    good = {"valid": True, "signed": True, "integrity": ESTABLISHED, "happened": False,
+            "happened_once": False, "problems": []}  # fmt: skip
+    post = {"method": "POST", "path": "/refunds", "key": "eff_3"}
+    lookup = {"method": "GET", "path": "/refunds", "key": "eff_4"}  # a lookup sends nothing
+    ev = evidence(ledger=[], access_log=[post, lookup], receipts={"eff_3": good})
+    assert not checks.receipts_verify(ev)
+    ev["receipts"] = {"eff_4": good}
+    assert checks.receipts_verify(ev) == ["eff_3: sent to the target, no receipt"]
 
 
 def test_a_tick_made_up_after_a_resume_or_nothing_buffered() -> None:
@@ -256,3 +271,106 @@ def test_modes_compared_finds_a_pair_whose_modes_end_differently() -> None:
     )
     alone = modes_compared([cell("sync", "PASS", ["completed"])])
     assert [p["same"] for p in ended + judged] == [False, False] and alone == []
+
+
+def _fire(sid: str, tick: datetime, decided: datetime, outcome: str = "started") -> dict:
+    return {"schedule_id": sid, "source": "schedule", "tick": tick, "decided_at": decided,
+            "outcome": outcome}  # fmt: skip
+
+
+def _caught_up(overlap: str) -> dict:
+    """A cron schedule ('* * * * *') back from an outage since 11:55, caught up at 12:00:10
+    with a 150 s window: 11:58, 11:59 and 12:00 decided, the three before dropped; then the
+    live tick 12:01 decided on time."""
+    since, first = at(-300), at(10)
+    outcomes = ["started"] * 3 if overlap == "allow_all" else ["started", "skipped", "skipped"]
+    fires = [_fire("c", at(60 * m), first, o) for m, o in zip((-2, -1, 0), outcomes, strict=True)]
+    fires.append(_fire("c", at(60), at(60.05)))
+    row = {"id": "c", "overlap": overlap, "missed_ticks": 3, "last_tick": at(60)}
+    return evidence(fires=fires, schedules=[row],
+                    facts={"backlogs": {"c": since.isoformat()}, "window": 150.0})  # fmt: skip
+
+
+@pytest.mark.parametrize("overlap", ["allow_all", "skip"])
+def test_a_catch_up_as_documented(overlap: str) -> None:
+    assert checks.catchup_as_documented(_caught_up(overlap)) == []
+
+
+def test_a_tick_older_than_the_window_caught_up() -> None:
+    ev = _caught_up("allow_all")
+    ev["fires"].insert(0, _fire("c", at(-180), at(10)))  # 11:57 is 190 s old at 12:00:10
+    ev["schedules"][0]["missed_ticks"] = 2
+    found = checks.catchup_as_documented(ev)
+    assert any("older than the window" in v for v in found), found
+    assert any("the catch-up pass at" in v for v in found), found
+
+
+def test_a_tick_lost_or_miscounted_in_the_catch_up() -> None:
+    ev = _caught_up("allow_all")
+    del ev["fires"][1]  # 11:59: in the window, never decided, not counted
+    found = checks.catchup_as_documented(ev)
+    assert any("tick " in v and "lost" in v for v in found), found
+    ev = _caught_up("allow_all")
+    ev["schedules"][0]["missed_ticks"] = 0  # dropped but not counted as missed
+    assert checks.catchup_as_documented(ev) == ["c: missed_ticks 0, but 3 ticks were dropped"]
+
+
+def test_a_catch_up_that_breaks_its_overlap_policy_or_its_expression() -> None:
+    ev = _caught_up("skip")
+    ev["fires"][1]["outcome"] = "started"  # skip started two runs in one catch-up
+    assert len(checks.catchup_as_documented(ev)) == 1
+    ev = _caught_up("allow_all")
+    ev["fires"][3]["tick"] = at(61)  # not a whole minute
+    assert any("not a tick of its expression" in v for v in checks.catchup_as_documented(ev))
+    nothing = _caught_up("skip")
+    nothing["fires"] = []
+    assert checks.catchup_as_documented(nothing) == ["c: nothing was caught up"]
+
+
+def _at_the_console() -> dict:
+    """Two runs approved at the console by alice, the second's grant revoked there."""
+    from interlock_runtime.journal import payload_hash
+
+    shown = {"a": {"amount": 1}, "b": {"amount": 2}}
+    grants = [{"id": f"g{w}", "principal": f"workflow:{w}", "payload_hash": payload_hash(p),
+               "granted_by": "alice", "revoked_at": at(5) if w == "b" else None,
+               "revoked_by": "alice" if w == "b" else None} for w, p in shown.items()]  # fmt: skip
+    audit = [{"event": "approve", "operator": "alice", "subject": w, "detail": {"grant_id": f"g{w}"}}
+             for w in shown]  # fmt: skip
+    audit.append({"event": "revoke", "operator": "alice", "subject": "gb", "detail": {}})
+    effects = [{"effect_id": f"e{w}", "grant_id": f"g{w}", "payload_hash": g["payload_hash"]}
+               for w, g in zip(shown, grants, strict=True)]  # fmt: skip
+    facts = {"operator": "alice", "grants": {"a": "ga", "b": "gb"}, "shown": shown,
+             "revokes": [{"grant": "gb", "returned": []}]}  # fmt: skip
+    return evidence(wf("a"), wf("b"), grant_rows=grants, audit=audit, effect_rows=effects,
+                    facts=facts)  # fmt: skip
+
+
+def test_console_actions_as_the_operator() -> None:
+    assert checks.console_acted_as_operator(_at_the_console()) == []
+
+
+def test_a_console_grant_of_another_payload_or_operator() -> None:
+    ev = _at_the_console()
+    ev["grant_rows"][0]["payload_hash"] = "0" * 64  # bound to something the page did not show
+    ev["effect_rows"][0]["payload_hash"] = "0" * 64
+    assert checks.console_acted_as_operator(ev) == [
+        "a: grant ga binds a payload other than the one shown"
+    ]
+    ev = _at_the_console()
+    ev["grant_rows"][1]["granted_by"] = "mallory"
+    ev["effect_rows"][1]["payload_hash"] = "1" * 64  # sent a payload the grant does not bind
+    assert len(checks.console_acted_as_operator(ev)) == 2
+
+
+def test_a_console_action_unaudited_or_a_revoke_that_did_not_hold() -> None:
+    ev = _at_the_console()
+    ev["audit"] = [a for a in ev["audit"] if a["subject"] != "a"]  # approve a not audited
+    assert len(checks.console_acted_as_operator(ev)) == 1
+    ev = _at_the_console()
+    ev["grant_rows"][1].update(revoked_at=None, revoked_by=None)
+    ev["audit"].pop()
+    assert len(checks.console_acted_as_operator(ev)) == 2
+    ev = _at_the_console()
+    ev["grant_rows"].append(dict(ev["grant_rows"][0], id="g2"))  # two approvals of one run
+    assert len(checks.console_acted_as_operator(ev)) == 1
