@@ -469,10 +469,10 @@ class GateReference:
         found = None
         if tier in (1, 2):
             # (c) outside any transaction: re-validate the DISPATCHED premises; query at tier 2,
-            # and at tier 1 when the re-check may fail.
+            # and at tier 1 when the re-check may fail or the effect was already resent once.
             violations = self.target.validate_premises(dispatched.get("premises"), self.eid)
             may_fail = bool(violations) or not self._grant_live(row.grant_id)
-            if self.target.queryable and (tier == 2 or may_fail):
+            if self.target.queryable and (tier == 2 or may_fail or row.sends > 1):
                 found = self.target.query(self.eid)
         return self._t_resolve(caller, payload, read_pair, tier, violations, found, crash)
 
@@ -503,7 +503,7 @@ class GateReference:
             self._append("AMBIGUOUS", reason="tier 3: cannot tell whether the send landed",
                          rechecked=rechecked)  # fmt: skip
             return finish("ambiguous", "AMBIGUOUS")
-        if tier == 1 and not stale:  # the target dedupes: resend with the same key
+        if tier == 1 and not stale and not found:  # it dedupes: resend with the same key
             via = "retry-idempotent"
         elif stale and not queryable:
             self._append("AMBIGUOUS", reason=f"{why} at recovery, no lookup",

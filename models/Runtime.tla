@@ -593,9 +593,13 @@ RecoverRead(w) ==
 (* NaiveRecovery skips all re-checks; NoLocalRecheck skips the local one   *)
 (* (effects/recovery.py today re-checks only the target's premises).       *)
 (* Then the table of docs/design.md#recovery:                             *)
-(*   tier 3 -> AMBIGUOUS;  tier 1 and checks pass -> resend (same key);    *)
-(*   tier 1, checks fail, no lookup -> AMBIGUOUS;  found -> COMMITTED;     *)
-(*   checks fail, not found -> REFUSED (resolves);  else resend.           *)
+(*   tier 3 -> AMBIGUOUS;  tier 1 and checks pass -> resend (same key),    *)
+(*   or COMMITTED where a lookup found it;  tier 1, checks fail, no lookup *)
+(*   -> AMBIGUOUS;  found -> COMMITTED;  checks fail, not found -> REFUSED *)
+(*   (resolves);  else resend.  The code resends under the key once and    *)
+(*   looks an effect resent before up first (a target slower than          *)
+(*   SendTimeout times out every resend); the model, which keeps no count, *)
+(*   lets a found tier-1 effect take either branch.                        *)
 (* A resend after a cancel is recorded as such (afterCancel): it finishes  *)
 (* a dispatch authorized before the cancel, and T_resolve does not refuse  *)
 (* it (the code does not either; Reach_ResendAfterCancel shows it).       *)
@@ -630,7 +634,6 @@ TResolve(w) ==
         checksOk == grantOk /\ premOk
         why == IF ~grantOk THEN "lease_at_recovery" ELSE "stale_premise_at_recovery"
         amb == et = 3 \/ (et = 1 /\ ~checksOk /\ ~Queryable)
-        resend == et # 3 /\ ((et = 1 /\ checksOk) \/ (~amb /\ ~ws[w].found /\ checksOk))
     IN
     /\ At(w, "resolve") /\ RowFree(w)
     /\ IF ~FenceOk(w)
@@ -638,16 +641,19 @@ TResolve(w) ==
        ELSE IF effState[e] # "dispatched" \/ dispEpoch[e] # ws[w].readPair \/ ~Settled(e)
        THEN Go(w, "effect") /\ UNCHANGED <<effVars, stepRow, rowWrites, leaseExp, ghost>>
        ELSE /\ leaseExp' = NewLease(w)
-            /\ ghost' = [ghost EXCEPT !.unfenced = @ \/ ~Fence(w),
-                                      !.ambTier[e] = IF amb THEN et ELSE @,
-                                      !.lastRecheckFailed[e] = IF amb THEN ~checksOk ELSE @,
-                                      !.resendAfterCancel = @ \/ (resend /\ cancelReq)]
             /\ CASE et = 3 -> Resolved(w, "AMBIGUOUS", "tier3", "ambiguous")
-                 [] et = 1 /\ checksOk -> Resend(w, "retry-idempotent")
+                 [] et = 1 /\ checksOk ->
+                       \/ Resend(w, "retry-idempotent")
+                       \/ ws[w].found /\ Resolved(w, "COMMITTED", "recovery-query", "committed")
                  [] et = 1 /\ ~Queryable -> Resolved(w, "AMBIGUOUS", why, "ambiguous")
                  [] ws[w].found -> Resolved(w, "COMMITTED", "recovery-query", "committed")
                  [] ~checksOk -> Resolved(w, "REFUSED", why, "proposed")
                  [] OTHER -> Resend(w, "recovery-reapply")
+            \* a resend is the branch that goes on to send (after the CASE, which chose it)
+            /\ ghost' = [ghost EXCEPT !.unfenced = @ \/ ~Fence(w),
+                                      !.ambTier[e] = IF amb THEN et ELSE @,
+                                      !.lastRecheckFailed[e] = IF amb THEN ~checksOk ELSE @,
+                                      !.resendAfterCancel = @ \/ (ws'[w].pc = "send" /\ cancelReq)]
     /\ UNCHANGED <<now, wfStatus, wfEpoch, plainRerun, worldVars, up, targetVars, sends,
                    effSends, sendBad, lastSendDL, lateResults, lateAcks, crashes, temporalVars>>
 

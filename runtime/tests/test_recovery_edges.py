@@ -110,3 +110,28 @@ def test_a_revoke_during_the_outage_after_the_send_landed_commits_on_lookup(
     assert len(admin.log(path="/refunds", method="POST")) == 1  # looked up, never resent
     assert out["status"] == "COMMITTED_ON_QUERY"
     assert v["happened"] is True
+
+
+def test_tier1_recovery_looks_up_before_it_resends_to_a_slow_target(
+    dsn, workers, target_factory
+) -> None:
+    """A tier-1 target that answers lookups serves every refund 3 s after it arrives: past the
+    2.5 s send timeout, within the 1 s settle margin. W1's send outlives its deadline and the
+    watchdog ends W1 (exit 75); W2 resends under the key, and its resend ends W2 the same way.
+    W3 must look the effect up, since it was resent already, and find it applied; another
+    resend would end W3 too, and so on for every worker after it (docs/design.md#recovery)."""
+    target, admin = target_factory(1)
+    c = {"id": "case-slow1", "target_url": target.url, "payment": PAYMENT, "tier": 1}
+    admin.set_delay(3000)
+    with Runtime(dsn) as rt:
+        w1 = workers("W1", lease_ttl=1.5)
+        start_and_approve(rt, "wf-slow1", c)
+        assert w1.proc.wait(timeout=30) == 75  # the send watchdog
+        w2 = workers("W2", lease_ttl=1.5)
+        assert w2.proc.wait(timeout=30) == 75  # the one resend under the key, too slow again
+        w3 = workers("W3", lease_ttl=1.5)
+        out = rt.result("wf-slow1", timeout=30)
+        assert w3.proc.poll() is None  # W3 sent nothing, so nothing timed out
+    assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]  # the key held
+    assert len(admin.log(path="/refunds", method="POST")) == 2
+    assert out["status"] == "COMMITTED_ON_QUERY"

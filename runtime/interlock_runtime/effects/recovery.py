@@ -44,7 +44,11 @@ def recover(call: EffectCall, eff: db.Row) -> Io[EffectResult | None]:
         violations = list(call.target.validate_premises(dispatched.get("premises"), call.eid))
         grant = call.conn.execute(db.query("get_grant"), {"grant": eff["grant_id"]}).fetchone()
         may_fail = bool(violations) or not (grant and grant["live"])
-        if spec.queryable and (tier == 2 or may_fail):
+        # Tier 1 resends under the key once; an effect already resent is looked up first: a
+        # target slower than the send timeout would time out every resend, and each timeout
+        # ends the worker that sent it (docs/design.md#recovery).
+        resent = eff["sends"] > 1
+        if spec.queryable and (tier == 2 or may_fail or resent):
             found = yield from target_read(call.target.query, call.eid, payload)
     post = (yield from post_holds(call, payload)) if found else (None, "")
     t0 = time.monotonic()  # the resend's stopwatch starts before T_resolve (B10)
@@ -91,7 +95,7 @@ def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str],
             chain.append("AMBIGUOUS", reason="tier 3: no lookup and no dedup; cannot tell "
                          "whether the send landed", rechecked=rechecked)  # fmt: skip
             return finish("ambiguous", "AMBIGUOUS")
-        if tier == 1 and not stale:
+        if tier == 1 and not stale and not found:
             resend_via = "retry-idempotent"
         elif stale and not call.spec.queryable:
             chain.append("AMBIGUOUS", reason=f"{why} at recovery, no lookup", rechecked=rechecked)

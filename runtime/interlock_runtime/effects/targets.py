@@ -108,7 +108,8 @@ class EffectTarget(Protocol):
     """What the target guarantees about a repeated send of the same `effect_id`:
 
     - `1`: it deduplicates on the effect id (e.g. an `Idempotency-Key` header) for
-      `dedup_window` seconds. Recovery resends an open send (`COMMITTED_BY_RETRY`).
+      `dedup_window` seconds. Recovery resends an open send (`COMMITTED_BY_RETRY`) once;
+      a send resent already is looked up first when the target answers lookups.
     - `2`: it does not deduplicate but answers lookups (`query`). Recovery asks first: found
       is `COMMITTED_ON_QUERY`, not found is resent (`REAPPLIED_AFTER_QUERY`).
     - `3`: neither. An open send whose outcome is unknown becomes `AMBIGUOUS` (a person
