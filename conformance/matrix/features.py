@@ -482,7 +482,7 @@ class Queries(Feature):
 class Cron(ScheduleFeature):
     """Two cron schedules, their ticks a minute apart, each back from an outage: made with its
     next tick BACKLOG minutes in the past, as a schedule is left when no worker ran for that
-    long. The first pass catches up (docs/schedules.md#downtime-and-catch-up): ticks older than
+    long. The first pass catches up (docs/schedules.md#catch-up): ticks older than
     the catch-up window are dropped and counted in missed_ticks, the others decided in order
     under the overlap policy. `cron_all` (allow_all) is caught up by the workers as they start
     (its runs are what the fault lands on); `cron_skip` (skip) is put back after the fault, so
