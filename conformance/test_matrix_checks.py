@@ -335,9 +335,11 @@ def _at_the_console() -> dict:
     grants = [{"id": f"g{w}", "principal": f"workflow:{w}", "payload_hash": payload_hash(p),
                "granted_by": "alice", "revoked_at": at(5) if w == "b" else None,
                "revoked_by": "alice" if w == "b" else None} for w, p in shown.items()]  # fmt: skip
-    audit = [{"event": "approve", "operator": "alice", "subject": w, "detail": {"grant_id": f"g{w}"}}
-             for w in shown]  # fmt: skip
-    audit.append({"event": "revoke", "operator": "alice", "subject": "gb", "detail": {}})
+    audit = [{"event": "approve", "operator": "alice", "subject": w, "detail": {"grant_id": f"g{w}"},
+              "at": at(1)} for w in shown]  # fmt: skip
+    audit.append(
+        {"event": "revoke", "operator": "alice", "subject": "gb", "detail": {}, "at": at(5)}
+    )
     effects = [{"effect_id": f"e{w}", "grant_id": f"g{w}", "payload_hash": g["payload_hash"]}
                for w, g in zip(shown, grants, strict=True)]  # fmt: skip
     facts = {"operator": "alice", "grants": {"a": "ga", "b": "gb"}, "shown": shown,
@@ -373,4 +375,15 @@ def test_a_console_action_unaudited_or_a_revoke_that_did_not_hold() -> None:
     assert len(checks.console_acted_as_operator(ev)) == 2
     ev = _at_the_console()
     ev["grant_rows"].append(dict(ev["grant_rows"][0], id="g2"))  # two approvals of one run
+    assert len(checks.console_acted_as_operator(ev)) == 1
+
+
+def test_a_console_revoke_of_a_grant_its_run_had_ended_already() -> None:
+    """The run ended first and its end revoked its grant ($runtime): the console's revoke
+    finds it ended. A grant the run ended only after the console's revoke was not revoked
+    there."""
+    ev = _at_the_console()
+    ev["grant_rows"][1].update(revoked_at=at(4), revoked_by="$runtime")
+    assert checks.console_acted_as_operator(ev) == []
+    ev["grant_rows"][1]["revoked_at"] = at(6)  # after the console's revoke at 5
     assert len(checks.console_acted_as_operator(ev)) == 1

@@ -454,12 +454,18 @@ def catchup_as_documented(ev: Evidence) -> list[str]:
     return out
 
 
+RUN_ENDED = "$runtime"  # revoked_by of the grants a run's end revokes (migration 0003)
+
+
 def console_acted_as_operator(ev: Evidence) -> list[str]:
     """What the person did at the console, from the grants, effects and operator_audit tables:
     each run was approved by one grant, the one the console reported, given by the logged-in
     operator and bound to the hash of the payload its page showed; every effect sent under it
     carries that hash; each approve and each revoke has its audit row naming the operator and
-    the grant; the grant revoked at the console is revoked by that operator."""
+    the grant; the grant revoked at the console is revoked by that operator, unless its run's
+    own end had revoked it already (revoked_by $runtime, at or before the console's revoke
+    by the database clock: a workflow's grants end with it, and the revoke then finds it
+    ended)."""
     from interlock_runtime.journal import payload_hash
 
     who, facts = ev["facts"]["operator"], ev["facts"]
@@ -484,11 +490,14 @@ def console_acted_as_operator(ev: Evidence) -> list[str]:
             out.append(f"{wf}: approve audit rows {audited}, expected one by {who} for {gid}")
     for r in facts["revokes"]:
         g = grants.get(r["grant"])
-        if g is None or g["revoked_at"] is None or g["revoked_by"] != who:
-            out.append(f"grant {r['grant']} revoked at the console: row {g}")
-        if not [a for a in ev["audit"] if a["event"] == "revoke" and a["subject"] == r["grant"]
-                and a["operator"] == who]:  # fmt: skip
+        done = [a for a in ev["audit"] if a["event"] == "revoke" and a["subject"] == r["grant"]
+                and a["operator"] == who]  # fmt: skip
+        if not done:
             out.append(f"grant {r['grant']}: no revoke audit row by {who}")
+        ended_first = (g is not None and g["revoked_by"] == RUN_ENDED and bool(done)
+                       and g["revoked_at"] is not None and g["revoked_at"] <= done[0]["at"])  # fmt: skip
+        if g is None or g["revoked_at"] is None or (g["revoked_by"] != who and not ended_first):
+            out.append(f"grant {r['grant']} revoked at the console: row {g}")
     if not facts["revokes"]:
         out.append("nothing was revoked at the console")
     return out

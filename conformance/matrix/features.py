@@ -560,7 +560,7 @@ class ConsoleApprovals(Approvals):
         super().collect(s, out)
         out["grant_rows"] = _rows(s, "select id, principal, payload_hash, facts_seen, granted_by, "
                                      "revoked_at, revoked_by from ilr.grants order by id")  # fmt: skip
-        out["audit"] = _rows(s, "select event, operator, subject, detail from "
+        out["audit"] = _rows(s, "select event, operator, subject, detail, at from "
                                 "ilr.operator_audit order by id")  # fmt: skip
         out["effect_rows"] = _rows(s, "select effect_id, workflow_id, payload_hash, grant_id "
                                       "from ilr.effects order by effect_id")  # fmt: skip
