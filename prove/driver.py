@@ -36,7 +36,16 @@ things once for all of them:
   out of n and correct_n and lists in `harness_error_iterations`. A play_one that returns a
   record with a `harness_error` of its own (MIX: a timeline Run that ended in a harness error)
   is retried the same way.
+- a missed aim: a play_one whose timing did not land where its plan put it (S12's revoke
+  aimed before the POST's arrival but fired after it) returns a record with `drop`, a short
+  reason. It is played again like a harness error (up to AIM_RETRIES more times, the same
+  planned offset, so the offsets stay as drawn); an iteration that missed every attempt is
+  kept as dropped: out of n, listed with its reason.
 - progress: one line per finished iteration (i/n, verdict, ETA) through `DriverRun.progress`.
+
+`summarize` lists every iteration left out of n in `dropped_iterations`, each with its
+index, kind (`lateness`, `service`, `missed aim`) and reason, so a report can show them and
+ask whether its verdict would change had they gone the other way.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from typing import Any
 
 CHECKPOINT = "iterations.jsonl"  # the finished iterations of a loop run, one JSON line each
 HARNESS_RETRIES = 2  # an iteration the harness was too late for is played up to 2 more times
+AIM_RETRIES = 4  # an iteration whose aim missed is played up to 4 more times
 
 OUTCOME_COUNTERS = (
     "duplicate_applications",
@@ -105,10 +115,10 @@ class DriverRun:
         done: dict[int, dict] = {}
         if self.resume and path.exists():
             lines, end = read_checkpoint(path)
-            # a harness-error iteration measured nothing: this attempt plays it again
+            # a dropped iteration measured nothing: this attempt plays it again
             done = {k: v["record"] for k, v in lines.items()
                     if k < n and v.get("run_id") == self.run_id
-                    and not (v["record"] or {}).get("harness_error")}  # fmt: skip
+                    and not dropped(v["record"] or {})}  # fmt: skip
             os.truncate(path, end)  # drop a torn last line before appending after it
         self.resumed = len(done)
         if done:
@@ -131,6 +141,7 @@ class DriverRun:
                 el = time.time() - t_start
                 left = el / played * sum(1 for j in range(i + 1, n) if j not in done)
                 verdict = ("HARNESS ERROR" if rec.get("harness_error")
+                           else "MISSED AIM" if rec.get("drop")
                            else "ok" if rec.get("correct", True) else "INCORRECT")  # fmt: skip
                 self.progress(f"{self.run_id}: iteration {i + 1}/{n} {verdict} | "
                               f"{el:.0f}s elapsed, ~{left:.0f}s left in this run")  # fmt: skip
@@ -140,7 +151,9 @@ class DriverRun:
                   window: Callable, verdict: Callable) -> dict:  # fmt: skip
         """Play iteration i until an attempt was not a harness error (at most 1 + retries)."""
         earlier: list[dict] = []
-        for attempt in range(1 + HARNESS_RETRIES):
+        errors = misses = 0
+        attempt = 0
+        while True:
             self.attempt = attempt
             t_begin = time.time()
             rec = play_one(i)
@@ -149,11 +162,19 @@ class DriverRun:
             rec["harness_lateness"] = late
             rec["harness_error"] = err
             rec["harness_retries"] = list(earlier)
-            if not err:
+            if err:
+                errors += 1
+                self.note("harness error", i=i, attempt=attempt, error=err)
+            elif rec.get("drop"):
+                misses += 1
+                self.note("missed aim", i=i, attempt=attempt, reason=rec["drop"])
+            else:
                 break
-            self.note("harness error", i=i, attempt=attempt, error=err)
-            earlier.append({"attempt": attempt, "harness_error": err, "harness_lateness": late,
-                            "workflow": rec.get("workflow")})  # fmt: skip
+            if errors > HARNESS_RETRIES or misses > AIM_RETRIES:
+                break
+            earlier.append({"attempt": attempt, "harness_error": err, "drop": rec.get("drop"),
+                            "harness_lateness": late, "workflow": rec.get("workflow")})  # fmt: skip
+            attempt += 1
         self.attempt = 0
         return rec
 
@@ -213,8 +234,19 @@ def set_aside(run_dir: Path) -> None:
 
 
 def counted(iterations: list[dict]) -> list[dict]:
-    """The iterations that are measurements (not harness errors)."""
-    return [it for it in iterations if not it.get("harness_error")]
+    """The iterations that are measurements (not harness errors, not missed aims)."""
+    return [it for it in iterations if not dropped(it)]
+
+
+def dropped(it: dict) -> dict | None:
+    """Why an iteration measured nothing ({kind, reason}), or None when it is counted."""
+    err = it.get("harness_error")
+    if err:
+        kind = "lateness" if "too late" in str(err) else "service"
+        return {"kind": kind, "reason": str(err)[:200]}
+    if it.get("drop"):
+        return {"kind": "missed aim", "reason": str(it["drop"])[:200]}
+    return None
 
 
 def summarize(iterations: list[dict]) -> dict:
@@ -223,12 +255,15 @@ def summarize(iterations: list[dict]) -> dict:
     they are left out of n, correct_n and the counters, and listed by index."""
     out: dict[str, Any] = {"n": len(counted(iterations)), "correct_n": 0,
                            "failing_iterations": [], "oracle_failures": [],
-                           "harness_error_iterations": []}  # fmt: skip
+                           "harness_error_iterations": [], "dropped_iterations": []}  # fmt: skip
     for k in OUTCOME_COUNTERS:
         out[k] = 0
     for i, it in enumerate(iterations):
-        if it.get("harness_error"):
-            out["harness_error_iterations"].append(i)
+        why = dropped(it)
+        if why:
+            out["dropped_iterations"].append({"i": i, **why})
+            if it.get("harness_error"):
+                out["harness_error_iterations"].append(i)
             continue
         if it.get("correct"):
             out["correct_n"] += 1

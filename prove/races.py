@@ -12,7 +12,10 @@ Temporal: the workflow task that reaches `wait_condition`, i.e. the first Workfl
 after the decide activity's completion). That moment cannot be known in advance, so warm-up
 iterations (not counted) measure the delay from the model stub's arrival (the decision call,
 slowed by a fixed stub delay so the window opens after the anchor) to the wait's commit; the
-approve is then fired at anchor + median delay + uniform(-50, +50) ms from a seeded RNG. After
+approve is then fired at anchor + predicted delay + uniform(-50, +50) ms from a seeded RNG. The
+aim is re-made every iteration: the predicted delay is the median of the last AIM_MEMORY
+measured delays (warm-ups first, then each iteration's own), so a drift in the machine's pace
+moves the aim with it instead of biasing every iteration of the run the same way. After
 the iteration the real wait commit time is read back (runtime: the worker's `suspended` event,
 or the signal step's row when the mailbox check consumed the approval and no suspend happened;
 Temporal: history event times) and the measured offset is recorded. Oracle per iteration, from
@@ -21,8 +24,16 @@ send reached the target within WAKE_BOUND of the approval (a lost wakeup would s
 wait's timeout). The systems' own records (signal rows, history) are artifacts.
 
 S12 `revoke_race`: the approval's revoke is fired at a random offset in [-20 ms, +20 ms] around
-the refund POST's arrival at the target. Warm-ups measure approve -> POST arrival; the revoke is
-fired at approve return + median + uniform(-20, +20) ms. The target has a fixed service delay
+the refund POST's arrival at the target, aimed in each iteration on that iteration's own
+events (docs/results.md#aim): a planned offset >= 0 is anchored on the POST's arrival itself,
+which the in-process target reports as it happens (`Target.on_arrival`), so it cannot miss;
+a planned offset < 0 must fire before the arrival, so it is aimed at approve return +
+predicted delay + offset, the prediction being the median of the last AIM_MEMORY measured
+approve -> arrival delays (warm-ups first). Such an iteration misses when the POST arrived
+before the revoke was fired, or more than the window before it; it is played again with the
+same planned offset and, if every attempt missed, dropped and listed (prove/driver.py). An
+iteration where nothing was sent (the revoke came first) has no arrival to measure against and
+is counted. The target has a fixed service delay
 (TARGET_DELAY_MS, inside POST /refunds before the ledger write, like the spec's 20 ms latency
 setup) so a send that arrived before the revoke can still be processed after it. Runtime:
 rt.revoke(grant) returns the effects that may still land; Temporal: the same `revoked_at` update
@@ -39,8 +50,10 @@ import json
 import random
 import re
 import statistics
+import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -58,6 +71,7 @@ PAID = 10000
 APPROVER = "alice"
 WARMUPS = 8  # iterations that calibrate the delay (not counted)
 COLD = 3  # the first warm-ups are not used: each worker's first workflow is slow (imports)
+AIM_MEMORY = 8  # the aim is the median of this many most recent measured delays
 S11R_WINDOW = 0.050  # seconds either side of the wait's commit
 S12_WINDOW = 0.020  # seconds either side of the refund POST's arrival
 STUB_DELAY_MS = 60.0  # S11r: the decision call takes this long, so -50 ms lies after the anchor
@@ -359,18 +373,58 @@ _COUNT = re.compile(r"sent_under_revoked_grant\s*(=|>)\s*(\d+)")
 # -- S11r: the approval racing the wait's commit -------------------------------------------------
 
 
-def _calibrate(dr: DriverRun, b: Any, warmup: Any, anchor: str,
-               name: str) -> tuple[float, list[float]]:  # fmt: skip
-    """Run WARMUPS uncounted iterations; the median delay from `anchor` (the first COLD left
-    out: each worker's first workflow is slow) is where the loop aims its offsets. Returns it
-    and every warm-up's delay."""
+class _Aim:
+    """The delay a loop aims with, re-made every iteration: the median of the last AIM_MEMORY
+    measured delays (the warm-ups', then each iteration's own)."""
+
+    def __init__(self, delays: list[float]) -> None:
+        self.recent = list(delays[-AIM_MEMORY:])
+
+    def delay(self) -> float:
+        return statistics.median(self.recent)
+
+    def measured(self, d: float | None) -> None:
+        if d is not None:
+            self.recent = [*self.recent, d][-AIM_MEMORY:]
+
+
+class _Arrivals:
+    """Refund POST arrivals at the in-process target as they happen (S12's anchor)."""
+
+    def __init__(self, target: Any) -> None:
+        self._cond = threading.Condition()
+        self._times: list[float] = []
+        target.on_arrival = self._seen
+
+    def _seen(self, t: float, method: str, path: str) -> None:
+        if method == "POST" and path in ("/refunds", "/v1/refunds"):
+            with self._cond:
+                self._times.append(t)
+                self._cond.notify_all()
+
+    def mark(self) -> int:
+        with self._cond:
+            return len(self._times)
+
+    def first_since(self, mark: int, timeout: float) -> float | None:
+        """The first arrival after `mark`, waiting up to `timeout` seconds for it."""
+        with self._cond:
+            self._cond.wait_for(lambda: len(self._times) > mark, timeout)
+            return self._times[mark] if len(self._times) > mark else None
+
+
+def _calibrate(
+    dr: DriverRun, b: Any, warmup: Any, anchor: str, name: str
+) -> tuple[_Aim, list[float]]:
+    """Run WARMUPS uncounted iterations (the first COLD are left out of the aim: each worker's
+    first workflow is slow). Returns the aim they start and every warm-up's delay."""
     delays = [d for w in range(WARMUPS) if (d := warmup(b.new_case(w, "w"))) is not None]
     if not delays:
         raise RuntimeError(f"no warm-up iteration measured {name}: cannot calibrate")
-    calib = statistics.median(delays[COLD:] or delays)
-    dr.note("calibrated", anchor=anchor, **{name: round(calib, 4)},
+    aim = _Aim(delays[COLD:] or delays)
+    dr.note("calibrated", anchor=anchor, **{name: round(aim.delay(), 4)},
             warmups=[round(d, 4) for d in delays])  # fmt: skip
-    return calib, delays
+    return aim, delays
 
 
 def signal_race(dr: DriverRun) -> dict:
@@ -390,7 +444,8 @@ def signal_race(dr: DriverRun) -> dict:
         return None if t_wait is None else t_wait - anchor
 
     # per-run setup: on resume the warm-ups run again (a new bench needs its own calibration)
-    calib, delays = _calibrate(dr, b, warmup, "model stub arrival", "delay_to_wait_commit")
+    aim, delays = _calibrate(dr, b, warmup, "model stub arrival", "delay_to_wait_commit")
+    calib = aim.delay()
 
     def play_one(i: int) -> dict:
         rng = random.Random(f"{dr.run_id}-i{i}")  # iteration i's offset, however it is reached
@@ -399,7 +454,8 @@ def signal_race(dr: DriverRun) -> dict:
         planned = rng.uniform(-S11R_WINDOW, S11R_WINDOW)
         b.start(c)
         anchor = b.anchor_model_call(c)
-        fire = anchor + calib + planned
+        predicted = aim.delay()
+        fire = anchor + predicted + planned
         late = time.time() - fire
         _sleep_until(fire)
         b.approve(c, facts)
@@ -409,7 +465,9 @@ def signal_race(dr: DriverRun) -> dict:
         consumed = _consumed(b, c)
         it = _judge_signal(dr, c, res, posts, refunds, consumed)
         measured = None if t_wait is None else c["t_approve"] - t_wait
-        it.update({"i": i, "planned_offset": round(planned, 4),
+        aim.measured(None if t_wait is None else t_wait - anchor)
+        it.update({"i": i, "planned_offset": round(planned, 4), "aim": "predicted",
+                   "aim_delay": round(predicted, 4),
                    "fired_late_by": round(max(0.0, late), 4),
                    "measured_offset": None if measured is None else round(measured, 4),
                    "wait_commit_source": source, "workflow": c["wf"], "payment": c["payment"],
@@ -431,7 +489,7 @@ def signal_race(dr: DriverRun) -> dict:
     out["observed"] = (f"{out['correct_n']}/{out['n']} iterations: one refund, woken promptly; "
                        f"totals {sorted(set(totals))}")  # fmt: skip
     out["prediction_held"] = None if not pred else all(t == pred["total_cents"] for t in totals)
-    offs = [it["measured_offset"] for it in iters]
+    offs = [it["measured_offset"] for it in ok]
     return {
         "outcome": out,
         "iterations": iters,
@@ -441,6 +499,7 @@ def signal_race(dr: DriverRun) -> dict:
             "rng_seed": f"{dr.run_id}-i<i>",
             "calibration": {
                 "anchor": "model stub arrival of the decision call",
+                "aim": f"per iteration: median of the last {AIM_MEMORY} measured delays",
                 "stub_delay_ms": STUB_DELAY_MS,
                 "median_delay_s": round(calib, 4),
                 "warmups_s": [round(d, 4) for d in delays],
@@ -550,7 +609,9 @@ def revoke_race(dr: DriverRun) -> dict:
         return posts[0]["arrival"] - c["t_approve"] if posts else None
 
     # per-run setup: on resume the warm-ups run again (a new bench needs its own calibration)
-    calib, delays = _calibrate(dr, b, warmup, "approve returned", "delay_to_post_arrival")
+    aim, delays = _calibrate(dr, b, warmup, "approve returned", "delay_to_post_arrival")
+    calib = aim.delay()
+    arrivals = _Arrivals(b.target)
 
     def play_one(i: int) -> dict:
         rng = random.Random(f"{dr.run_id}-i{i}")  # iteration i's offset, however it is reached
@@ -559,8 +620,16 @@ def revoke_race(dr: DriverRun) -> dict:
         b.start(c)
         b.wait_waiting(c)
         planned = rng.uniform(-S12_WINDOW, S12_WINDOW)
+        predicted = aim.delay()
+        mark = arrivals.mark()
         grant = b.approve(c, facts)
-        fire = c["t_approve"] + calib + planned
+        if planned >= 0:  # after the arrival: anchored on it, as it happens
+            how = "arrival"
+            t_arrival = arrivals.first_since(mark, dr.timing["run_timeout"])
+            fire = (t_arrival if t_arrival is not None else time.time()) + planned
+        else:  # before the arrival: aimed at where this run's recent arrivals put it
+            how = "predicted"
+            fire = c["t_approve"] + predicted + planned
         _sleep_until(fire)
         t_fired = time.time()
         returned = b.revoke(grant)
@@ -570,10 +639,14 @@ def revoke_race(dr: DriverRun) -> dict:
         rows = [_post_row(a) for a in posts]
         it = _judge_revoke(dr, rows, refunds, returned, t_revoked)
         measured = t_revoked - rows[0]["arrival"] if rows else None
+        fired = t_fired - rows[0]["arrival"] if rows else None
+        aim.measured(rows[0]["arrival"] - c["t_approve"] if rows else None)
         it.update(_dispatch_tx(b, c["wf"], t_revoked))
-        it.update({"i": i, "planned_offset": round(planned, 4),
+        it.update({"i": i, "planned_offset": round(planned, 4), "aim": how,
+                   "aim_delay": round(predicted, 4),
                    "fired_late_by": round(t_fired - fire, 4),
-                   "offset_vs_expected": round(t_revoked - (c["t_approve"] + calib), 4),
+                   "fired_offset": None if fired is None else round(fired, 4),
+                   "offset_vs_expected": round(t_revoked - (c["t_approve"] + predicted), 4),
                    "revoke_took": round(t_revoked - t_fired, 4),
                    "measured_offset": None if measured is None else round(measured, 4),
                    "returned": returned, "workflow": c["wf"], "payment": c["payment"],
@@ -582,6 +655,9 @@ def revoke_race(dr: DriverRun) -> dict:
                    "ground_truth": {"i": i, "payment": c["payment"],
                                     "revoke_returned_at": t_revoked, "posts": rows,
                                     "ledger": refunds}})  # fmt: skip
+        miss = _missed_aim(how, planned, fired)
+        if miss:
+            it["drop"] = miss
         if b.family == "temporal":  # now, while this process's attempt log has it
             _attach_attempts(b, [it])
         return it
@@ -601,7 +677,7 @@ def revoke_race(dr: DriverRun) -> dict:
     if m:
         held = under == int(m.group(2)) if m.group(1) == "=" else under > int(m.group(2))
     out["prediction_held"] = held
-    offs = [it["measured_offset"] for it in iters]
+    offs = [it["measured_offset"] for it in ok]
     return {
         "outcome": out,
         "iterations": iters,
@@ -612,6 +688,10 @@ def revoke_race(dr: DriverRun) -> dict:
             "target_delay_ms": TARGET_DELAY_MS,
             "calibration": {
                 "anchor": "approve returned",
+                "aim": (
+                    "per iteration: offsets >= 0 on the POST's arrival; offsets < 0 on "
+                    f"the median of the last {AIM_MEMORY} measured delays"
+                ),
                 "median_delay_s": round(calib, 4),
                 "warmups_s": [round(d, 4) for d in delays],
             },
@@ -635,10 +715,29 @@ def revoke_race(dr: DriverRun) -> dict:
             "offset_vs_expected": _stats([it["offset_vs_expected"] for it in iters]),
             "offset_vs_dispatch_tx": _stats([it.get("offset_vs_dispatch_tx") for it in iters]),
             "not_sent": sum(1 for it in iters if not it["sent"]),
+            "fired_offset": _stats([it.get("fired_offset") for it in ok]),
+            "aim": dict(Counter(str(it.get("aim")) for it in ok)),
+            "missed_aim_attempts": sum(
+                1 for it in iters for r in it.get("harness_retries") or [] if r.get("drop")
+            ),
             "revoke_took": _stats([it["revoke_took"] for it in iters]),
             "end_to_end": _stats([it["end_to_end"] for it in iters]),
         },  # fmt: skip
     }
+
+
+def _missed_aim(how: str, planned: float, fired: float | None) -> str | None:
+    """Why an S12 iteration's revoke did not fire where its plan put it, or None. An offset
+    anchored on the arrival cannot miss; one aimed before it misses when the POST arrived
+    first or the revoke fired more than the window before it. Nothing sent: the revoke came
+    first, and there is no arrival to measure against (counted)."""
+    if how != "predicted" or fired is None:
+        return None
+    if fired >= 0:
+        return f"planned {planned * 1000:+.1f} ms, fired {fired * 1000:+.1f} ms: after the arrival"
+    if fired < -S12_WINDOW:
+        return f"planned {planned * 1000:+.1f} ms, fired {fired * 1000:+.1f} ms: before the window"
+    return None
 
 
 def _dispatch_tx(b: _Bench, wf: str, t_revoked: float) -> dict:

@@ -71,6 +71,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlsplit
@@ -459,6 +460,8 @@ class _Handler(BaseHTTPRequestHandler):
         worker = self.headers.get("X-ILR-Worker")
         epoch = self.headers.get("X-ILR-Epoch")
         log_id = ledger.log_arrival(arrival, method, path, url.query, worker, epoch)
+        if target.on_arrival is not None:
+            target.on_arrival(arrival, method, path)
         key = self.headers.get("Idempotency-Key")
         payload: Any = None
         claimed: str | None = None
@@ -659,6 +662,9 @@ class Target:
         self._busy = 0
         self._busy_cond = threading.Condition()
         self.url = ""
+        # Called as on_arrival(arrival, method, path) from the handler thread, right after the
+        # access log row: a harness in this process can anchor its timing on an arrival.
+        self.on_arrival: Callable[[float, str, str], None] | None = None
 
     def start(self) -> Target:
         if self._http is not None:

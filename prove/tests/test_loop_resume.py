@@ -91,6 +91,7 @@ def test_a_late_iteration_is_played_again_then_left_out(tmp_path: Path) -> None:
     assert recs[2]["harness_lateness"]["max"] == 0.5 and len(recs[2]["harness_retries"]) == 2
     out = driver.summarize(recs)
     assert (out["n"], out["correct_n"], out["harness_error_iterations"]) == (2, 2, [2])
+    assert [(d["i"], d["kind"]) for d in out["dropped_iterations"]] == [(2, "lateness")]
     assert out["correct"] and out["failing_iterations"] == []
     assert len(lines) == 3 and lines[-1].startswith(f"{dr.run_id}: iteration 3/3 HARNESS ERROR")
 
@@ -102,6 +103,31 @@ def test_a_play_that_reports_a_harness_error_is_retried(tmp_path: Path) -> None:
                                  "harness_error": "Postgres restarted" if not dr.attempt else None})  # fmt: skip
     assert recs[0]["harness_error"] is None and len(recs[0]["harness_retries"]) == 1
     assert driver.summarize(recs)["n"] == 1
+
+
+def test_a_missed_aim_is_played_again_with_its_plan_then_dropped_and_listed(tmp_path) -> None:
+    """S12: an iteration whose revoke fired outside its side of the window measured nothing.
+    It is played again (the same i, so the same planned offset); one that misses every time
+    is left out of n and listed with its kind and reason."""
+    dr = _run(tmp_path, SimpleNamespace(lateness=None), n=3)
+    calls: list[tuple[int, int]] = []
+
+    def play(i: int) -> dict:
+        calls.append((i, dr.attempt))
+        miss = (i == 0 and dr.attempt == 0) or i == 2
+        return {"i": i, "correct": i != 1, **({"drop": f"missed {i}"} if miss else {})}
+
+    lines: list[str] = []
+    dr.progress = lines.append
+    recs = dr.iterate(play)
+    assert calls[:3] == [(0, 0), (0, 1), (1, 0)]
+    assert calls[3:] == [(2, a) for a in range(1 + driver.AIM_RETRIES)]
+    assert recs[0].get("drop") is None and recs[0]["harness_retries"][0]["drop"] == "missed 0"
+    out = driver.summarize(recs)
+    assert (out["n"], out["correct_n"], out["failing_iterations"]) == (2, 1, [1])
+    assert out["dropped_iterations"] == [{"i": 2, "kind": "missed aim", "reason": "missed 2"}]
+    assert out["harness_error_iterations"] == []
+    assert lines[-1].startswith(f"{dr.run_id}: iteration 3/3 MISSED AIM")
 
 
 def test_a_resume_plays_the_harness_error_iterations_again(tmp_path: Path) -> None:
