@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from prove import claims
+from prove import claims, prove_raw
 from prove.scenario import DEFAULT_TIMING, PREDICTED_AS, SYSTEMS, Scenario
 from prove.scrub import scrub
 
@@ -200,17 +202,19 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def aggregate(scns: list[Scenario], results: list[dict]) -> list[dict]:
     by_cell: dict[tuple, list[dict]] = defaultdict(list)
+    errored: dict[tuple, list[dict]] = defaultdict(list)
     for r in results:
-        if r.get("error"):  # a harness error (a service failed) is not a measurement
-            continue
         i = r["identity"]
-        by_cell[(i.get("api", "local"), i["scenario"], i["variant"], i["system"],
-                 i["tier"])].append(r)  # fmt: skip
+        key = (i.get("api", "local"), i["scenario"], i["variant"], i["system"], i["tier"])
+        # a harness error (a service failed, the harness was late) is not a measurement: kept
+        # aside, out of n, and listed among the cell's drops
+        (errored if r.get("error") else by_cell)[key].append(r)
     from prove import audit
 
     cells = []
     scn_by_id = {s.id: s for s in scns}
     for (api, sid, variant, system, tier), runs in sorted(by_cell.items()):
+        failed_runs = errored.get((api, sid, variant, system, tier), [])
         scn = scn_by_id.get(sid)
         runs.sort(key=lambda r: r["identity"]["seed"])
         ocs = [r["outcome"] for r in runs]
@@ -276,12 +280,34 @@ def aggregate(scns: list[Scenario], results: list[dict]) -> list[dict]:
                                      if (r.get("timings") or {}).get("resume_after_restart")
                                      is not None],
             "approve_to_send": [d for d in (_approve_to_send(r) for r in runs) if d is not None],
-            "harness_errors": [r["identity"]["run_id"] for r in runs if r.get("error")],
+            "harness_errors": [r["identity"]["run_id"] for r in failed_runs],
+            "dropped": cell_drops(runs, failed_runs),
             "invariant_failures": dict(inv_fail),
             "invariants_checked": scn.invariants if scn else [],
             "timing_constants": runs[0].get("timing_constants") if runs else None,
         })  # fmt: skip
     return cells
+
+
+def _drop_kind(error: object) -> str:
+    return "lateness" if "too late" in str(error) else "service"
+
+
+def cell_drops(runs: list[dict], failed_runs: list[dict]) -> list[dict]:
+    """What a cell measured nothing in, with why: whole runs that ended in a harness error
+    (each standing for as many units as it planned: one, or a loop's iterations) and a loop
+    run's dropped iterations (prove/driver.py: lateness, a service failure, a missed aim)."""
+    out = []
+    for r in failed_runs:
+        ident = r["identity"]
+        out.append({"run_id": ident["run_id"], "i": None, "kind": _drop_kind(r["error"]),
+                    "reason": str(r["error"])[:200],
+                    "units": int(ident.get("iterations_planned") or 1)})  # fmt: skip
+    for r in runs:
+        for d in (r.get("outcome") or {}).get("dropped_iterations") or []:
+            out.append({"run_id": r["identity"]["run_id"], "i": d["i"], "kind": d["kind"],
+                        "reason": d["reason"], "units": 1})  # fmt: skip
+    return out
 
 
 def _t0(r: dict) -> float | None:
@@ -329,26 +355,50 @@ def _wake_after_restart(r: dict) -> float | None:
     return round(post - back, 3)
 
 
+def compare(k1: int, n1: int, k2: int, n2: int) -> str:
+    """The rule of section 0b on two counts: better, worse or equal."""
+    (lo1, hi1), (lo2, hi2) = wilson(k1, n1), wilson(k2, n2)
+    return "better" if lo1 > hi2 else "worse" if hi1 < lo2 else "equal"
+
+
 def verdict(rt: dict | None, other: dict | None) -> str:
     if not rt or not other:
         return "n/a"
-    (rlo, rhi), (olo, ohi) = rt["wilson95"], other["wilson95"]
-    if rlo > ohi:
-        v = "better"
-    elif rhi < olo:
-        v = "worse"
-    else:
-        v = "equal"
-    dup_r, dup_o = rt["per_1000"]["duplicate_applications"], other["per_1000"][
-        "duplicate_applications"]  # fmt: skip
-    blk_r, blk_o = rt["per_1000"]["blocked_never_sent"], other["per_1000"]["blocked_never_sent"]
-    if v == "better" and blk_r > blk_o:
-        return "better (duplicates), worse (availability)"
-    if v == "equal" and dup_r < dup_o and blk_r > blk_o:
-        return "equal (fewer duplicates, more blocked)"
+    v = compare(rt["correct"], rt["n"], other["correct"], other["n"])
+    dup_r, dup_o = (c["counters"]["duplicate_applications"] for c in (rt, other))
+    blk_r, blk_o = (c["counters"]["blocked_never_sent"] for c in (rt, other))
+    # availability is judged by the same rule, on the blocked-never-sent counts; where the
+    # intervals overlap the difference is only a point estimate, and labelled so
+    blocked = compare(blk_r, rt["n"], blk_o, other["n"])
+    more_blocked = blk_r / max(rt["n"], 1) > blk_o / max(other["n"], 1)
+    fewer_dups = dup_r / max(rt["n"], 1) < dup_o / max(other["n"], 1)
+    if v == "better" and more_blocked:
+        return ("better (duplicates), worse (availability)" if blocked == "better"
+                else "better (duplicates); more blocked (point estimate)")  # fmt: skip
+    if v == "equal" and fewer_dups and more_blocked:
+        return "equal (fewer duplicates, more blocked: point estimates)"
     if v == "equal" and rt["correct_rate"] != other["correct_rate"]:
         return f"equal (intervals overlap at n={rt['n']}/{other['n']})"
     return v
+
+
+def drop_sensitive(rt: dict | None, other: dict | None) -> str | None:
+    """Why a verdict would change had the dropped units (section 2d) gone the other way, or
+    None: the verdict again with every drop counted correct for one side and incorrect for
+    the other, both ways."""
+    if not rt or not other:
+        return None
+    d_r, d_o = (sum(x["units"] for x in c["dropped"]) for c in (rt, other))
+    if not d_r and not d_o:
+        return None
+    now = compare(rt["correct"], rt["n"], other["correct"], other["n"])
+    best = compare(rt["correct"] + d_r, rt["n"] + d_r, other["correct"], other["n"] + d_o)
+    worst = compare(rt["correct"], rt["n"] + d_r, other["correct"] + d_o, other["n"] + d_o)
+    changed = sorted({v for v in (best, worst) if v != now})
+    if not changed:
+        return None
+    return (f"{now} would be {' or '.join(changed)} had the dropped units gone the other way "
+            f"(runtime {d_r} dropped, baseline {d_o})")  # fmt: skip
 
 
 def _pct(c: dict) -> str:
@@ -373,8 +423,96 @@ def _observed(c: dict) -> str:
 def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float,
           size: str = "quick", argv: list[str] | None = None,
           out_dir: Path = RESULTS) -> tuple[Path, Path]:  # fmt: skip
+    """Pack the sweep's run files into out_dir's raw data (prove/prove_raw.py), then render the
+    report from that pack alone, as `--verify` will."""
     from baselines.refund import activity_source
 
+    meta = {
+        "sweep": {"generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "size": size,
+                  "argv": argv or [], "wall_seconds": wall, "versions": versions},
+        "scenarios": prove_raw.scenario_texts(scns),
+        "inputs": {
+            "tlc": [[m, inv, o] for (m, inv), o in
+                    sorted(tlc_outcomes(REPO / "results" / "runtime_tlc.json").items())],
+            "bench": bench_lines(REPO / "results" / "bench.json"),
+            "activity_bodies": {m: activity_source(m) for m in ("temporal_idem", "temporal_check")},
+        },
+    }  # fmt: skip
+    prove_raw.pack(out_dir / prove_raw.DIRNAME, results, meta)
+    return render_from_raw(out_dir)
+
+
+def _scenarios_from(index: dict) -> list[Scenario]:
+    """The scenario objects as they were run, from the texts the pack keeps."""
+    import tempfile
+
+    from prove.scenario import load_all
+
+    with tempfile.TemporaryDirectory() as d:
+        for name, text in index["scenarios"].items():
+            (Path(d) / name).write_text(text)
+        return load_all(directory=d)
+
+
+def render_from_raw(out_dir: Path = RESULTS) -> tuple[Path, Path]:
+    """Render runtime_prove.md/.json, the plots and the failing runs from out_dir's pack."""
+    results, index = prove_raw.load(out_dir / prove_raw.DIRNAME)
+    md, js, cells = texts(_scenarios_from(index), results, index, out_dir, draw=True)
+    md_path, js_path = out_dir / "runtime_prove.md", out_dir / "runtime_prove.json"
+    md_path.write_text(md)
+    js_path.write_text(js)
+    copy_failures(cells, results, out_dir / "runtime_prove_failures")
+    return md_path, js_path
+
+
+def verify(out_dir: Path = RESULTS) -> list[str]:
+    """The differences between the committed report and the one its committed raw data
+    renders (an empty list: every number recomputes). Plots are not compared."""
+    try:
+        results, index = prove_raw.load(out_dir / prove_raw.DIRNAME)
+    except prove_raw.RawDataError as e:
+        return [str(e)]
+    md, js, _ = texts(_scenarios_from(index), results, index, out_dir, draw=False)
+    problems = []
+    for name, want in (("runtime_prove.md", md), ("runtime_prove.json", js)):
+        path = out_dir / name
+        have = strip_banner(path.read_text()) if path.exists() else ""
+        problems += _compare_texts(str(path.relative_to(REPO) if path.is_relative_to(REPO)
+                                       else path), want, have)  # fmt: skip
+    return problems
+
+
+def strip_banner(text: str) -> str:
+    """The text without a freshness banner (the lines from `<!-- freshness -->` to
+    `<!-- /freshness -->`), which the results index writes into a stale result."""
+    return re.sub(r"<!-- freshness -->.*?<!-- /freshness -->\n?", "", text, flags=re.S)
+
+
+def _compare_texts(name: str, want: str, have: str, limit: int = 30) -> list[str]:
+    """A readable diff of the first differences (empty when equal)."""
+    if want == have:
+        return []
+    import difflib
+
+    diff = list(difflib.unified_diff(have.splitlines(), want.splitlines(),
+                                     f"{name} (committed)", f"{name} (from raw data)",
+                                     n=0, lineterm=""))  # fmt: skip
+    more = f"... {len(diff) - limit} more diff lines" if len(diff) > limit else None
+    return [f"{name} differs from what its raw data renders:", *diff[:limit],
+            *([more] if more else [])]  # fmt: skip
+
+
+def texts(scns: list[Scenario], results: list[dict], index: dict, out_dir: Path,
+          draw: bool) -> tuple[str, str, list[dict]]:  # fmt: skip
+    """The report's Markdown and JSON, computed from run files and the pack's index only;
+    draw=False leaves the plots as they are (their names are the same either way)."""
+    sweep, inputs = index["sweep"], index["inputs"]
+    versions, wall, size, argv = (
+        sweep["versions"],
+        sweep["wall_seconds"],
+        sweep["size"],
+        sweep["argv"],
+    )
     cells = aggregate(scns, results)
     stripe_cells = [c for c in cells if c["api"] == "stripe"]
     idx = {(c["scenario"], c["variant"], c["system"], c["tier"]): c for c in cells
@@ -387,8 +525,12 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         rt = idx.get((sid, variant, "runtime", tier))
         a = idx.get((sid, variant, "temporal_idem", tier))
         b = idx.get((sid, variant, "temporal_check", tier))
-        table.append({"scenario": sid, "tier": tier, "variant": variant,
-                      "verdict_vs_a": verdict(rt, a), "verdict_vs_b": verdict(rt, b)})  # fmt: skip
+        row = {"scenario": sid, "tier": tier, "variant": variant}
+        for other, key in ((a, "a"), (b, "b")):
+            flag = drop_sensitive(rt, other)
+            row[f"verdict_vs_{key}"] = verdict(rt, other) + (" [drop-sensitive]" if flag else "")
+            row[f"drop_sensitive_vs_{key}"] = flag
+        table.append(row)
     verdicts = {(r["scenario"], r["variant"], r["tier"], base): r[key] for r in table
                 for base, key in (("temporal_idem", "verdict_vs_a"),
                                   ("temporal_check", "verdict_vs_b"))}  # fmt: skip
@@ -399,13 +541,14 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
                   and c["prediction_held"] < c["prediction_checked"]]  # fmt: skip
     seeds = sorted({r["identity"]["seed"] for r in results})
     errors = [r for r in results if r.get("error")]
-    generated = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    generated = sweep["generated"]
 
     out_dir.mkdir(parents=True, exist_ok=True)
     main_rows = []
     for row in table:
         sid, t, v = row["scenario"], row["tier"], row["variant"]
-        main_rows.append({**row, **{m: _cellstr(idx.get((sid, v, m, t))) for m in SYSTEMS}})
+        main_rows.append({**row, "anchor": cell_anchor(sid, t, v),
+                          **{m: _cellstr(idx.get((sid, v, m, t))) for m in SYSTEMS}})  # fmt: skip
     pred_rows = [{
         "scenario": c["scenario"], "tier": c["tier"], "variant": c["variant"], "label": _label(c),
         "expected": c["expected"] or "-", "observed": _observed(c),
@@ -432,7 +575,12 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
     loops = [f"{_cellname(c)} (n {c['n']}, correct {c['correct']}): "
              + "; ".join(f"{k} {_short(v)}" for k, v in sorted(lt.items()))
              for c in cells for lt in c["loop_timings"]]  # fmt: skip
-    tlc = tlc_outcomes(REPO / "results" / "runtime_tlc.json")
+    tlc = {(m, inv): o for m, inv, o in inputs["tlc"]}
+    bodies = inputs["activity_bodies"]
+    drops = drop_rows(cells)
+    flagged = [f"{r['scenario']} t{r['tier']} {r['variant']} vs {base}: {r[key]}"
+               for r in table for base, key in (("(a)", "drop_sensitive_vs_a"),
+                                                ("(b)", "drop_sensitive_vs_b")) if r[key]]  # fmt: skip
     context = {
         "argv": f" {' '.join(argv)}" if argv else "", "generated": generated, "size": size,
         "n_results": len(results), "cells": cells, "wall": wall, "span": _span(results),
@@ -441,41 +589,71 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
         "commits": sorted({str((r.get("versions") or {}).get("git_commit")) for r in results}),
         "versions": versions, "port": _run_ports(results) or versions.get("postgres_port"),
         "scns": scns, "emulated": EMULATED, "deviations": DEVIATIONS, "main_rows": main_rows,
-        "plot_correct": plot_correct(cells, out_dir / "runtime_prove_correct.png"),
-        "plot_tier3": plot_tier3(cells, out_dir / "runtime_prove_tier3.png"),
+        "plot_correct": plot_correct(cells, out_dir / "runtime_prove_correct.png", draw),
+        "plot_tier3": plot_tier3(cells, out_dir / "runtime_prove_tier3.png", draw),
         "pred_rows": pred_rows, "mismatches": mism,
         "counter_rows": [_counter_row(c) for c in cells],
         "errors": [{"run_id": r["identity"]["run_id"], "error": str(r["error"])[:200]}
                    for r in errors],
+        "drops": drops, "flagged": flagged, "aims": loop_aims(results),
+        "raw": {"dir": prove_raw.DIRNAME, **index["archive"]},
         "stripe_rows": stripe_rows, "latency": latency_lines(cells),
-        "bench": bench_lines(REPO / "results" / "bench.json"), "loops": loops,
+        "bench": inputs["bench"], "loops": loops,
         "tlc_found": bool(tlc), "tlc_rows": tlc_rows(scns, cells, tlc),
-        "bodies": [(LABEL[m], activity_source(m).rstrip())
-                   for m in ("temporal_idem", "temporal_check")],
+        "bodies": [(LABEL[m], bodies[m].rstrip()) for m in ("temporal_idem", "temporal_check")],
         "concessions": CONCESSIONS, "claims": claim_results, "share": share,
         "lateness": lateness, "timing_rows": timing_rows(scns),
         "default_timing": ", ".join(f"{k} {v:g}" for k, v in DEFAULT_TIMING.items()),
         "sizes": sorted({(f"{s.id} {v.name}" if v.seeds else s.id, s.runs_per_cell(v, size),
                           (s.iterations or {}).get(size)) for s in scns for v in s.variants}),
     }  # fmt: skip
-    text = render("runtime_prove.md.j2", context)
-    md_path, js_path = out_dir / "runtime_prove.md", out_dir / "runtime_prove.json"
-    md_path.write_text(scrub(text))
-    copy_failures(cells, results, out_dir / "runtime_prove_failures")
-    js_path.write_text(scrub(json.dumps({
+    md = scrub(render("runtime_prove.md.j2", context))
+    js = scrub(json.dumps({
         "generated": generated, "sweep": size, "argv": argv or [], "wall_seconds": round(wall, 1),
         "versions": versions, "seeds": seeds, "emulated": EMULATED, "deviations": DEVIATIONS,
         "concessions": dict(CONCESSIONS), "systems": list(SYSTEMS),
         "scenarios": [{"id": s.id, "title": s.title, "invariants": list(s.invariants),
                        "predicted": list(s.predicted)} for s in scns],
         "cells": cells, "rows": table, "claims": claim_results, "decisive": share,
-        "harness_lateness": lateness,
+        "harness_lateness": lateness, "dropped": drops, "drop_sensitive": flagged,
+        "raw_data": {"dir": prove_raw.DIRNAME, **index["archive"]},
         "harness_errors": [{"run_id": r["identity"]["run_id"], "error": r["error"]} for r in errors],
         "mismatches": [{k: c[k] for k in ("scenario", "variant", "system", "tier", "api",
                                           "expected", "observed")} for c in mismatches],
-        "activity_bodies": {m: activity_source(m) for m in ("temporal_idem", "temporal_check")},
-    }, indent=1, sort_keys=True, default=str)))  # fmt: skip
-    return md_path, js_path
+        "activity_bodies": bodies,
+    }, indent=1, sort_keys=True, default=str))  # fmt: skip
+    return md, js, cells
+
+
+def cell_anchor(scenario: str, tier: int, variant: str) -> str:
+    """The id of a cell's row in section 2 (docs link to it: runtime_prove.md#cell-s12-t2-base)."""
+    return f"cell-{scenario.lower()}-t{tier}-{variant}"
+
+
+def drop_rows(cells: list[dict]) -> list[dict]:
+    """Section 2d: per cell that dropped anything, how many units of each kind, and every
+    dropped run or iteration with its reason."""
+    out = []
+    for c in cells:
+        if not c["dropped"]:
+            continue
+        kinds = Counter()
+        for d in c["dropped"]:
+            kinds[d["kind"]] += d["units"]
+        out.append({"cell": _cellname(c), "n": c["n"], "kinds": dict(sorted(kinds.items())),
+                    "items": [f"{d['run_id']}" + ("" if d["i"] is None else f" i{d['i']}")
+                              + f" ({d['kind']}: {d['reason']})" for d in c["dropped"]]})  # fmt: skip
+    return out
+
+
+def loop_aims(results: list[dict]) -> list[str]:
+    """How each loop scenario aimed its races (section 4b): per iteration, or shared."""
+    seen = {}
+    for r in results:
+        cal = ((r.get("faults") or {}).get("calibration") or {}).get("aim")
+        if r["identity"].get("driver") and cal:
+            seen[r["identity"]["scenario"]] = cal
+    return [f"{sid}: {aim}" for sid, aim in sorted(seen.items())]
 
 
 def lateness_summary(results: list[dict]) -> dict:
@@ -604,11 +782,13 @@ def latency_lines(cells: list[dict]) -> list[str]:
     return out
 
 
-def plot_tier3(cells: list[dict], path: Path) -> str | None:
+def plot_tier3(cells: list[dict], path: Path, draw: bool = True) -> str | None:
     """Duplicates vs blocked-never-sent per 1,000 runs over the tier-3 cells, per system."""
     t3 = [c for c in cells if c["tier"] == 3 and c["api"] == "local"]
     if not t3:
         return None
+    if not draw:
+        return path.name
     try:
         import matplotlib
 
@@ -658,11 +838,13 @@ def bench_lines(path: Path) -> list[str]:
     return out
 
 
-def plot_correct(cells: list[dict], path: Path) -> str | None:
+def plot_correct(cells: list[dict], path: Path, draw: bool = True) -> str | None:
     """Correct rate with its Wilson interval for every local cell, one marker per system."""
     local = [c for c in cells if c["api"] == "local" and c["n"]]
     if not local:
         return None
+    if not draw:
+        return path.name
     import matplotlib
 
     matplotlib.use("Agg")
@@ -772,3 +954,42 @@ def _cellname(c: dict) -> str:
 
 def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m prove.report --verify | --render [--results-dir DIR]`."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m prove.report", description=main.__doc__)
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--verify", action="store_true",
+                      help="recompute the report from its committed raw data and compare; "
+                           "exit 1 on any difference")  # fmt: skip
+    what.add_argument("--render", action="store_true",
+                      help="rewrite the report from its committed raw data (after a change "
+                           "to the template or prose; runs nothing)")  # fmt: skip
+    ap.add_argument("--results-dir", default=str(RESULTS), help="default: results/")
+    args = ap.parse_args(argv)
+    out = Path(args.results_dir)
+    if args.render:
+        try:
+            md, js = render_from_raw(out)
+        except prove_raw.RawDataError as e:
+            print(f"prove.report: {e}; run `make prove` to make it", file=sys.stderr)
+            return 2
+        print(f"prove.report: wrote {md} and {js} from {out / prove_raw.DIRNAME}")
+        return 0
+    problems = verify(out)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        print("prove.report: the report does not follow from its raw data. If only the "
+              "template or prose changed, run `python -m prove.report --render`; if the "
+              "numbers differ, the report or its data was changed by hand.", file=sys.stderr)  # fmt: skip
+        return 1
+    print(f"prove.report: {out / 'runtime_prove.md'} and .json recompute from "
+          f"{out / prove_raw.DIRNAME} (verified)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

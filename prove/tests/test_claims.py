@@ -7,7 +7,7 @@ from prove import claims, report
 
 def cell(k: int, n: int, **counters: int) -> dict:
     return {"n": n, "correct": k, "correct_rate": k / n, "wilson95": list(report.wilson(k, n)),
-            "counters": dict(counters),
+            "counters": {"duplicate_applications": 0, "blocked_never_sent": 0, **counters},
             "per_1000": {"duplicate_applications": 0, "blocked_never_sent": 0}}  # fmt: skip
 
 

@@ -115,7 +115,12 @@ def test_one_cell_per_system_and_the_stripe_cell(services, tmp_path) -> None:
     }
     md, js = report.write([s01], results, services.versions, 1.0, out_dir=tmp_path / "results")
     text = md.read_text()
-    assert "| S01 | 1 | base |" in text and "EMULATED" in text and "A1" in text
+    assert '<a id="cell-s01-t1-base"></a>S01 | 1 | base |' in text
+    assert "EMULATED" in text and "A1" in text
+    # rendered from the pack it wrote, so the pack recomputes it; a hand edit does not
+    assert report.verify(tmp_path / "results") == []
+    md.write_text(text.replace("| 100% (1)", "| 90% (1)", 1))
+    assert "runtime_prove.md differs" in report.verify(tmp_path / "results")[0]
     assert 'key = f"{info.workflow_run_id}-{info.activity_id}"' in text
     stripe_section = text.split("## 3. Stripe-compatible (EMULATED)")[1].split("## 4.")[0]
     assert "| S01 | 1 | 100% (1)" in stripe_section and "runtime: 1 in 1 run(s)" in stripe_section
@@ -148,7 +153,7 @@ def test_runtime_async_cells_run_the_async_workflow_on_asyncio_workers(services,
         assert registered and all(w == ["prove_refund_async@1"] for w in registered), registered
     md, _ = report.write([s01, s07], results, services.versions, 1.0,
                          out_dir=tmp_path / "results")  # fmt: skip
-    row = next(line for line in md.read_text().splitlines() if line.startswith("| S01 | 1 |"))
+    row = next(line for line in md.read_text().splitlines() if "S01 | 1 |" in line)
     cols = [c.strip() for c in row.split("|")]
     assert cols[4] == "-" and cols[5].startswith("100% (1)"), row  # runtime -, runtime (async)
     assert "can-prove 5.0/5" in cols[5], row  # the audit reads an async run's records too

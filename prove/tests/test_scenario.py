@@ -155,15 +155,37 @@ def test_wilson_and_verdicts() -> None:
     # exact at the ends (a bound 1e-16 inside the estimate broke the plot's error bars)
     assert all(report.wilson(n, n)[1] == 1.0 and report.wilson(0, n)[0] == 0.0
                for n in range(1, 300))  # fmt: skip
-    cell = lambda k, n, dup=0, blk=0: {  # noqa: E731
-        "n": n, "correct_rate": k / n, "wilson95": list(report.wilson(k, n)),
-        "per_1000": {"duplicate_applications": dup, "blocked_never_sent": blk}}  # fmt: skip
+    cell = lambda k, n, dup=0, blk=0, dropped=0: {  # noqa: E731
+        "n": n, "correct": k, "correct_rate": k / n, "wilson95": list(report.wilson(k, n)),
+        "counters": {"duplicate_applications": dup, "blocked_never_sent": blk},
+        "dropped": [{"units": 1}] * dropped}  # fmt: skip
     assert report.verdict(cell(100, 100), cell(0, 100)) == "better"
     assert report.verdict(cell(0, 100), cell(100, 100)) == "worse"
     assert report.verdict(cell(50, 100), cell(52, 100)).startswith("equal")
-    assert report.verdict(cell(100, 100, 0, 500), cell(0, 100, 1000, 0)) == (
+    # availability by the same rule: 50/100 blocked against none is decided ...
+    assert report.verdict(cell(100, 100, 0, 50), cell(0, 100, 100, 0)) == (
         "better (duplicates), worse (availability)"
     )
+    # ... 2/100 against none is not: a point estimate, and labelled so
+    assert report.verdict(cell(100, 100, 0, 2), cell(0, 100, 100, 0)) == (
+        "better (duplicates); more blocked (point estimate)"
+    )
+
+
+def test_a_verdict_the_drops_could_change_is_flagged() -> None:
+    cell = lambda k, n, dropped=0: {  # noqa: E731
+        "n": n, "correct": k, "dropped": [{"units": 1}] * dropped}  # fmt: skip
+    # 10/10 against 3/10 is decided; 4 dropped baseline units, all correct, would undo it
+    assert report.compare(10, 10, 3, 10) == "better"
+    flag = report.drop_sensitive(cell(10, 10), cell(3, 10, dropped=4))
+    assert flag is not None and flag.startswith("better would be equal")
+    # one dropped unit cannot move 100/100 against 0/100
+    assert report.drop_sensitive(cell(100, 100), cell(0, 100, dropped=1)) is None
+    # no drops: nothing to flag, even for an undecided pair
+    assert report.drop_sensitive(cell(6, 10), cell(4, 10)) is None
+    # an equal verdict that drops on the runtime's side could turn into worse
+    flag = report.drop_sensitive(cell(5, 10, dropped=8), cell(9, 10))
+    assert flag is not None and "worse" in flag
 
 
 def test_scenarios_readme_exists() -> None:
