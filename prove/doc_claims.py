@@ -5,7 +5,8 @@ on (docs/design.md#assumptions: A1..A5, or `none: true`) and the links to the re
 it. `check` finds, for one set of pages:
 
 - a registered quote missing from its file, or a claim whose paragraph (a block between blank
-  lines, a list item or a table row) does not name each assumption or contain each link;
+  lines, a list item or a table row) does not name each assumption or contain each link (as a
+  Markdown link's target or a code span);
 - a link that does not resolve: no such file, or no such anchor in it (`<a id=...>`, `{#id}`,
   a heading's slug; for a Prove cell, `#cell-<scenario>-t<tier>-<variant>`, the cell in
   results/runtime_prove.json);
@@ -41,7 +42,7 @@ QUANTITATIVE = re.compile(
     r"|\b\d[\d,]* of \d[\d,]*\b"
     r"|\bat most once\b"
     r"|\bnever (?:applied twice|duplicat)"
-    r"|\b\d[\d,]*(?:\.\d+)?\s?(?:ms|s|wf/s|workflows|runs|iterations)\b",
+    r"|\b\d[\d,]*(?:\.\d+)?\s?(?:ms|s|min|minutes|wf/s|workflows|runs|iterations)\b",
     re.I,
 )
 _NAMED = re.compile(r"\bA([1-5])\s?(?:\.\.|-|to)\s?A([1-5])\b|\bA([1-5])\b")
@@ -229,7 +230,7 @@ def check(registry: dict, pages: dict[str, str], root: Path = REPO) -> list[Prob
         if absent:
             problems.append(Problem("assumption", page, f"{quote!r}: names no {sorted(absent)}"))
         for link in claim["evidence"]:
-            if link not in paragraph:
+            if not re.search(re.escape(link) + r"[)`]", paragraph):
                 problems.append(Problem("link", page, f"{quote!r}: paragraph lacks {link}"))
             elif (wrong := resolve(page, link, root)) is not None:
                 problems.append(Problem("unresolved", page, f"{quote!r}: {wrong}"))

@@ -95,6 +95,11 @@ def test_a_claim_whose_paragraph_lacks_its_link_fails(root: Path):
     assert kinds(page, root) == ["link"]
 
 
+def test_a_longer_link_does_not_stand_for_the_registered_one(root: Path):
+    page = PAGE.replace("#outcomes-by-tier`", "#outcomes-by-tier-2`")
+    assert kinds(page, root) == ["link"]
+
+
 def test_a_broken_anchor_fails(root: Path):
     claim = dict(CLAIM, evidence=["results/soak.md#outcomes-per-tier"])
     page = PAGE.replace("#outcomes-by-tier", "#outcomes-per-tier")
