@@ -41,7 +41,7 @@ QUANTITATIVE = re.compile(
     r"|\b\d+\s?/\s?\d+\b"
     r"|\b\d[\d,]* of \d[\d,]*\b"
     r"|\bat most once\b"
-    r"|\bnever (?:applied twice|duplicat)"
+    r"|\bnever (?:applied twice|duplicat)|\bno duplicate"
     r"|\b\d[\d,]*(?:\.\d+)?\s?(?:ms|s|min|minutes|wf/s|workflows|runs|iterations)\b",
     re.I,
 )
