@@ -69,13 +69,11 @@ def save_state(root: Path, state: dict[str, Any]) -> None:
     tmp.replace(path)  # atomic: an interrupted write leaves the old state
 
 
-def finished(root: Path, source: Source, state: dict[str, Any], now: str) -> str | None:
-    """The commit a step finished at when that still holds at HEAD `now`, else None."""
+def finished(root: Path, source: Source, state: dict[str, Any]) -> str | None:
+    """The commit a step finished at, when no commit since touched its code; else None."""
     at = state["done"].get(source.name, {}).get("head")
     if not isinstance(at, str):
         return None
-    if at == now:
-        return at
     if freshness.resolve(root, at) is None:
         return None
     return at if freshness.touched(root, at, source.paths).count == 0 else None
@@ -119,7 +117,7 @@ def refresh(
         save_state(root, state)
     now = head(root)
     for step in steps:
-        at = finished(root, step, state, now)
+        at = finished(root, step, state)
         if at is not None:
             print(f"prove.refresh: {step.name}: done at {at[:7]}, skipped", flush=True)
             continue
@@ -142,13 +140,12 @@ def listing(root: Path = REPO) -> str:
     """One line per step: its name, whether it is done (and at which commit), its command."""
     sources = freshness.load_sources(root)
     state = load_state(root)
-    now = head(root)
     lines = []
     for s in sources:
         if not s.refresh:
             mark = "manual"
         else:
-            at = finished(root, s, state, now)
+            at = finished(root, s, state)
             mark = f"done at {at[:7]}" if at else "to do"
         lines.append(f"{s.name:<16} {mark:<16} {s.command}")
     return "\n".join(lines)
