@@ -217,12 +217,15 @@ def _under(file: str, declared: str) -> bool:
 
 
 def as_of(root: Path, sources: list[Source]) -> dict[str, str]:
-    """The newest commit that touched any declared path or the declarations: the index's date."""
-    paths = sorted({p for s in sources for p in s.paths if not p.startswith("!")} | {SOURCES})
-    out = _git(root, "log", "-1", "--format=%H %cI", "HEAD", "--", *paths)
-    if out.returncode != 0 or not out.stdout.strip():
-        out = _git(root, "log", "-1", "--format=%H %cI", "HEAD")
-    sha, date = out.stdout.strip().split(" ", 1)
+    """The newest commit that touched a declared path (its exclusions honoured) or the
+    declarations: the index's date. Commits touching nothing declared leave the index as is."""
+    tips = set()
+    for specs in [pathspecs(s.paths) for s in sources] + [[SOURCES]]:
+        out = _git(root, "log", "-1", "--format=%H", "HEAD", "--", *specs)
+        tips.update(out.stdout.split())
+    out = _git(root, "rev-list", "--topo-order", "-n1", *sorted(tips) or ["HEAD"])
+    sha = out.stdout.strip()
+    date = _git(root, "log", "-1", "--format=%cI", sha).stdout.strip()
     return {"commit": sha, "short": sha[:7], "date": date}
 
 
