@@ -121,6 +121,23 @@ def test_committing_results_and_the_index_keeps_it_current(repo: Repo) -> None:
     assert freshness.main(["--root", str(repo.root), "--check"]) == 0
 
 
+def test_a_short_recorded_commit_is_resolved(repo: Repo) -> None:
+    made = repo.git("rev-parse", "HEAD")
+    repo.record(made[:7])  # as the TLC reports record it
+    repo.commit("a", code__a_py="a = 2\n")
+    row = repo.row()
+    assert row["status"] == "stale" and row["commits"][0]["commit"] == made, row
+
+
+def test_every_real_result_markdown_round_trips_a_banner() -> None:
+    for s in _declared():
+        if s.markdown and (REPO / s.markdown).is_file():
+            text = strip_banner((REPO / s.markdown).read_text())
+            marked = set_banner(text, "> **Stale:** x")
+            assert marked.splitlines()[1] == BEGIN, s.markdown  # right under the heading
+            assert strip_banner(marked) == text, s.markdown
+
+
 def test_a_result_from_a_dirty_tree_is_never_current(repo: Repo) -> None:
     repo.record(repo.git("rev-parse", "HEAD"), dirty=True)
     row = repo.row()
