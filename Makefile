@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup check test lint format docs prove tlc conformance mutants matrix bench soak pg-start pg-stop pg-status clean browser console-shots
+.PHONY: setup check test lint format docs prove tlc conformance mutants matrix bench soak index refresh pg-start pg-stop pg-status clean browser console-shots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -93,6 +93,18 @@ bench: setup pg-start
 # failovers and crash-restarts and writes results/failover.md and results/failover.json.
 soak: setup pg-start
 	$(BIN)/python -m prove.soak $(SOAK_ARGS)
+
+# results/INDEX.md and .json: is each result current, stale, dirty (docs/results.md#current)?
+# Also marks each stale result's Markdown with a banner under its heading.
+index: setup
+	$(BIN)/python -m prove.freshness
+
+# Regenerate every result of prove/results_sources.yaml in turn (hours), then the index.
+# Resumes after an interruption (.data/refresh/state.json): finished steps are skipped while
+# the code they measure is unchanged. FRESH=1 starts over; STALE_ONLY=1 runs only the results
+# the index says are not current; REFRESH_ARGS passes options (--only NAME, --list).
+refresh: setup pg-start
+	$(BIN)/python -m prove.refresh $(if $(FRESH),--fresh) $(if $(STALE_ONLY),--stale-only) $(REFRESH_ARGS)
 
 # Debian's chromium for the console's browser tests (Playwright drives it by executable_path;
 # nothing is downloaded by Playwright itself). Needs root when chromium is missing.
