@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -468,6 +467,8 @@ def render_from_raw(out_dir: Path = RESULTS) -> tuple[Path, Path]:
 def verify(out_dir: Path = RESULTS) -> list[str]:
     """The differences between the committed report and the one its committed raw data
     renders (an empty list: every number recomputes). Plots are not compared."""
+    from prove.freshness import strip_banner
+
     try:
         results, index = prove_raw.load(out_dir / prove_raw.DIRNAME)
     except prove_raw.RawDataError as e:
@@ -480,12 +481,6 @@ def verify(out_dir: Path = RESULTS) -> list[str]:
         problems += _compare_texts(str(path.relative_to(REPO) if path.is_relative_to(REPO)
                                        else path), want, have)  # fmt: skip
     return problems
-
-
-def strip_banner(text: str) -> str:
-    """The text without a freshness banner (the lines from `<!-- freshness -->` to
-    `<!-- /freshness -->`), which the results index writes into a stale result."""
-    return re.sub(r"<!-- freshness -->.*?<!-- /freshness -->\n?", "", text, flags=re.S)
 
 
 def _compare_texts(name: str, want: str, have: str, limit: int = 30) -> list[str]:
