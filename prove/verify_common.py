@@ -89,7 +89,10 @@ def diff_json(expected: Any, actual: Any, path: str = "") -> list[str]:
             if k not in actual:
                 out.append(f"{p}: {_short(expected[k])} -> (missing)")
             elif k not in expected:
-                out.append(f"{p}: (missing) -> {_short(actual[k])}")
+                # A field the generator added after the run: only a value is a difference; an
+                # empty one (no sample of it was kept) is what the old run's data gives.
+                if not holds_no_data(actual[k]):
+                    out.append(f"{p}: (missing) -> {_short(actual[k])}")
             else:
                 out += diff_json(expected[k], actual[k], p)
         return out
@@ -102,6 +105,13 @@ def diff_json(expected: Any, actual: Any, path: str = "") -> list[str]:
     if expected == actual and (type(expected) is type(actual) or _same_number(expected, actual)):
         return []
     return [f"{path}: {_short(expected)} -> {_short(actual)}"]
+
+
+def holds_no_data(x: Any) -> bool:
+    """None, an empty container, or a summary of no samples (n 0, every statistic None)."""
+    if isinstance(x, dict):
+        return all(holds_no_data(v) or (k == "n" and v == 0) for k, v in x.items())
+    return x is None or x == [] or x == ""
 
 
 def _same_number(a: Any, b: Any) -> bool:
@@ -173,10 +183,15 @@ def text_outcome(
         details += ["aggregates (committed -> recomputed from raw data):", *jd[:DIFF_LINES]]
     if diff:
         old, new = numbers_that_differ(committed, rendered)
-        if old or new:
+        if old:
             reason.append(
-                f"numbers differ: committed {', '.join(old[:12]) or '-'}; "
+                f"numbers differ: committed {', '.join(old[:12])}; "
                 f"from raw data {', '.join(new[:12]) or '-'}"
+            )
+        elif new:
+            reason.append(
+                f"no published number changes; the template adds {len(new)} "
+                "(new prose or columns: re-render it)"
             )
         else:
             reason.append("no number differs; the prose or layout does (re-render it)")
