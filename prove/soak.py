@@ -753,7 +753,7 @@ def aggregate(report: dict, raw: list[dict]) -> dict:
     }
     counts["invariant_violations"] += counts["sample_violations"]
     failed = [k for k in MUST_BE_ZERO if counts[k]]
-    if cfg["failover"]:  # the faults the run promised must have happened
+    if cfg.get("failover"):  # the faults the run promised must have happened
         failed += [k for k in ("failovers", "crash_restarts") if counts[k] < cfg[k]]
     return {
         "counts": counts,

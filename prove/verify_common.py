@@ -70,13 +70,25 @@ def numbers_that_differ(expected_text: str, actual_text: str) -> tuple[list[str]
     re-rendered one (each as often as it is missing). Both empty: only prose or layout changed."""
     a = strip_banner(expected_text).splitlines()
     b = strip_banner(actual_text).splitlines()
-    old: Counter[str] = Counter()
-    new: Counter[str] = Counter()
+    old: list[str] = []
+    new: list[str] = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag != "equal":
-            old.update(n for line in a[i1:i2] for n in NUMBER.findall(line))
-            new.update(n for line in b[j1:j2] for n in NUMBER.findall(line))
-    return sorted((old - new).elements()), sorted((new - old).elements())
+            old += [n for line in a[i1:i2] for n in NUMBER.findall(line)]
+            new += [n for line in b[j1:j2] for n in NUMBER.findall(line)]
+    return _only_in(old, new), _only_in(new, old)
+
+
+def _only_in(xs: list[str], ys: list[str]) -> list[str]:
+    """The items of xs not matched one for one in ys, in xs's order."""
+    left = Counter(ys)
+    out = []
+    for x in xs:
+        if left[x]:
+            left[x] -= 1
+        else:
+            out.append(x)
+    return out
 
 
 def diff_json(expected: Any, actual: Any, path: str = "") -> list[str]:
