@@ -36,8 +36,8 @@ from interlock_runtime import testing
 from models import catalog as catalog_mod
 from models import mutant_catalog
 from models.mutant_catalog import Mutant
-from prove import verify_common as vc
 from world import gitstate
+from world import verify_common as vc
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"

@@ -84,7 +84,6 @@ import psycopg
 
 from interlock_runtime.vocabulary import TERMINAL_STATUSES
 from prove import bench_plots
-from prove import verify_common as vc
 from prove.bench_proc import (
     POLLER_APP,
     RERUN_LIMIT,
@@ -95,6 +94,7 @@ from prove.bench_proc import (
     rerun_candidates,
 )
 from prove.scrub import scrub
+from world import verify_common as vc
 
 SYSTEMS = ("runtime", "runtime_async", "dbos", "absurd", "temporal")
 RUNTIMES = ("runtime", "runtime_async")  # the sync worker and the asyncio worker (docs/async.md)

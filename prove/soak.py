@@ -64,10 +64,10 @@ from conformance.invariants import check_all, record_revoke, snapshot, target_co
 from interlock_runtime import Runtime, WorkflowFinished, db, testing
 from interlock_runtime.testing import WorkerProcess
 from interlock_runtime.vocabulary import TERMINAL_STATUSES
-from prove import verify_common as vc
 from prove.bench import git_facts, machine_facts, pct, version
 from prove.scrub import scrub
 from prove.soak_flows import EMULATED, soak_refund
+from world import verify_common as vc
 from world.pg_pair import PgPair
 from world.target_client import TargetAdmin
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from prove import verify_common as vc
+from world import verify_common as vc
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 

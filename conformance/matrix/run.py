@@ -28,7 +28,7 @@ from conformance.matrix.cells import Cell, run_cell
 from conformance.matrix.checks import CHECKS, TWINS
 from conformance.matrix.plan import Matrix, load
 from interlock_runtime import testing
-from prove import verify_common as vc
+from world import verify_common as vc
 
 REPO = Path(__file__).resolve().parents[2]
 

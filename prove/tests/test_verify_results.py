@@ -14,7 +14,7 @@ import pytest
 from conformance import mutants
 from conformance.matrix import run as matrix
 from prove import bench, soak, verify_results
-from prove import verify_common as vc
+from world import verify_common as vc
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 

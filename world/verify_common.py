@@ -1,5 +1,6 @@
 """What every result verifier shares (docs/results.md): a published report is checked by
 rendering it again, in memory, from the committed raw data and comparing the text byte for byte.
+It lives in world/ because both harness layers use it (conformance may not import prove).
 
 A verifier never runs the measurement; it reads files. Its outcome is one of:
 
