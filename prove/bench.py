@@ -2494,7 +2494,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "temporal-worker":
         return temporal_worker(argv[1:])
     if argv and argv[0] == "render":  # render JSON [MD]: the markdown report of a stored run
-        report = json.loads(Path(argv[1]).read_text())
+        report = with_aggregates(json.loads(Path(argv[1]).read_text()))
         if len(argv) > 2:  # the plots go beside the markdown that embeds them
             report["plots"] = bench_plots.write(report, Path(argv[2]).parent)
         md = render(report)
