@@ -9,6 +9,10 @@ PYTHONPATH, which worker subprocesses inherit.
 Verdicts: killed (a named test failed), timeout (the tests did not finish within the budget:
 a hang fails CI too, but it is reported apart), survived (every named test passed) and error
 (pytest could not run the tests: a collection error is not a kill).
+
+results/mutants.json holds every mutant's verdict: it is the raw data, and mutants.md is a pure
+function of it (`render`). `--verify` renders it again in memory and compares; `--render`
+rewrites mutants.md from the JSON, for when only this template changed (docs/results.md).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from models import catalog as catalog_mod
 from models import mutant_catalog
 from models.mutant_catalog import Mutant
 from world import gitstate
+from world import verify_common as vc
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
@@ -162,6 +167,9 @@ def run(names: list[str] | None, jobs: int, timeout: float) -> dict:
                      "named_tests": list(m.killed_by)})  # fmt: skip
     return {
         "generated_at": started.isoformat(timespec="seconds"),
+        # the catalog's invariants as the run saw them: the "By invariant" table renders from
+        # these, not from a catalog edited since
+        "catalog_invariants": catalog_invariants(),
         "commit": gitstate.commit(),
         "dirty": gitstate.dirty(),
         "python": platform.python_version(),
@@ -173,7 +181,14 @@ def run(names: list[str] | None, jobs: int, timeout: float) -> dict:
     }
 
 
-def _md(res: dict) -> str:
+def catalog_invariants() -> list[list]:
+    """[name, [BROKEN model variants]] of each catalog invariant, in the catalog's order."""
+    return [[name, list(inv.broken_by)] for name, inv in catalog_mod.load().invariants.items()]
+
+
+def render(res: dict) -> str:
+    """mutants.md from mutants.json (nothing else: a result made before the JSON kept the
+    catalog's invariants reads them from the catalog as it is now)."""
     rows = res["mutants"]
     count = {
         v: sum(r["verdict"] == v for r in rows) for v in ("killed", "timeout", "survived", "error")
@@ -210,10 +225,10 @@ def _md(res: dict) -> str:
             "Each catalog invariant with the BROKEN model variants the catalog names for it "
             "(`broken_by`) and the code mutants that break it.", "",
             "| invariant | BROKEN model variants | code mutants |", "|---|---|---|"]  # fmt: skip
-    for name, inv in catalog_mod.load().invariants.items():
+    for name, broken_by in res.get("catalog_invariants") or catalog_invariants():
         mutants = [r["name"] for r in rows if name in r["invariants"]]
-        if inv.broken_by or mutants:
-            out.append(f"| {name} | {', '.join(inv.broken_by) or '-'} "
+        if broken_by or mutants:
+            out.append(f"| {name} | {', '.join(broken_by) or '-'} "
                        f"| {', '.join(mutants) or '-'} |")  # fmt: skip
     out += ["", "## What each mutant does", ""]
     for r in rows:
@@ -228,6 +243,21 @@ def _md(res: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+REGENERATE = "make mutants (python -m conformance.mutants)"
+RENDER = "python -m conformance.mutants --render"
+
+
+def verify(results: Path = RESULTS, name: str = "mutants") -> vc.Outcome:
+    """NAME.md against its rendering from NAME.json."""
+    md, js = results / f"{name}.md", results / f"{name}.json"
+    label = f"results/{name}.md"
+    if not js.exists():
+        return vc.unverifiable(label, REGENERATE, f"no {name}.json to render it from")
+    committed = md.read_text() if md.exists() else ""
+    rendered = render(json.loads(js.read_text()))
+    return vc.text_outcome(label, committed, rendered, REGENERATE, RENDER)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m conformance.mutants", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -238,17 +268,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS / "mutants"),
                     help="write OUT.md and OUT.json (default results/mutants)")  # fmt: skip
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument(
+        "--verify",
+        action="store_true",
+        help="render OUT.md from OUT.json in memory and compare; runs nothing",
+    )
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="rewrite OUT.md from OUT.json (the template changed); runs nothing",
+    )
     args = ap.parse_args(argv)
+    out = Path(args.out)
+    if args.verify:
+        return vc.finish([verify(out.parent, out.name)])
+    if args.render:
+        out.with_suffix(".md").write_text(render(json.loads(out.with_suffix(".json").read_text())))
+        print(f"wrote {out.with_suffix('.md')} from {out.with_suffix('.json')}")
+        return 0
     if args.list:
         for m in mutant_catalog.load():
             print(f"{m.name:32} {m.area:12} {', '.join(m.invariants)}")
         return 0
     names = [n.strip() for n in args.only.split(",")] if args.only else None
     res = run(names, max(1, args.jobs), args.timeout)
-    out = Path(args.out)
     if names is None:
         out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
-        out.with_suffix(".md").write_text(_md(res))
+        out.with_suffix(".md").write_text(render(res))
         print(f"wrote {out.with_suffix('.md')}")
     left = [r["name"] for r in res["mutants"] if r["verdict"] in ("survived", "error")]
     if left:

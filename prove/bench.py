@@ -94,6 +94,7 @@ from prove.bench_proc import (
     rerun_candidates,
 )
 from prove.scrub import scrub
+from world import verify_common as vc
 
 SYSTEMS = ("runtime", "runtime_async", "dbos", "absurd", "temporal")
 RUNTIMES = ("runtime", "runtime_async")  # the sync worker and the asyncio worker (docs/async.md)
@@ -1207,6 +1208,37 @@ def async_ratios(rows: list[dict], cfg: dict) -> dict:
     return out
 
 
+def shape2_summary(rows: list[dict], plan: list[tuple[str, int, int]], cfg: dict) -> dict:
+    """Per refund point (system@workers), the spread of its repetitions' numbers."""
+    summary = {}
+    for system, w, c in plan:
+        key = point_key(system, w, c, cfg)
+        pts = [r for r in rows if r["key"] == key and "error" not in r]
+        if not pts:
+            continue
+        summary[key] = {
+            k: spread_rel([p[k] for p in pts if p.get(k) is not None])
+            for k in (
+                "wf_per_s",
+                "effects_per_s",
+                "p50_ms",
+                "p99_ms",
+                "write_tx_per_wf",
+                "write_tx_per_s",
+                "pg_cpu_cores",
+                "heartbeat_gap_max_s",
+            )
+        }
+        summary[key].update(system=system, workers=w, per_worker=c)
+        ov = [p["effect_overhead_ms"]["p50"] for p in pts if p.get("effect_overhead_ms")]
+        summary[key]["effect_overhead_p50_ms"] = spread([v for v in ov if v is not None])
+        for part in ("engine", "with_poller", "processes", "backends", "poller"):
+            summary[key][f"engine_cpu_s_per_1k_{part}"] = spread_rel(
+                [p["engine_cpu_per_1k"][part] for p in pts if p.get("engine_cpu_per_1k")]
+            )
+    return summary
+
+
 def run_shape2(cfg: dict, admin: str, template: str, temporal: str, log=print,
                temporal_pid: int = 0) -> dict:  # fmt: skip
     rows: list[dict] = []
@@ -1251,23 +1283,7 @@ def run_shape2(cfg: dict, admin: str, template: str, temporal: str, log=print,
             for i, r in zip(idx, new, strict=True):
                 rows[i] = r
             reruns += flags
-    summary = {}
-    for system, w, c in plan:
-        key = point_key(system, w, c, cfg)
-        pts = [r for r in rows if r["key"] == key and "error" not in r]
-        if not pts:
-            continue
-        summary[key] = {k: spread_rel([p[k] for p in pts if p.get(k) is not None])
-                        for k in ("wf_per_s", "effects_per_s", "p50_ms", "p99_ms",
-                                  "write_tx_per_wf", "write_tx_per_s", "pg_cpu_cores",
-                                  "heartbeat_gap_max_s")}  # fmt: skip
-        summary[key].update(system=system, workers=w, per_worker=c)
-        ov = [p["effect_overhead_ms"]["p50"] for p in pts if p.get("effect_overhead_ms")]
-        summary[key]["effect_overhead_p50_ms"] = spread([v for v in ov if v is not None])
-        for part in ("engine", "with_poller", "processes", "backends", "poller"):
-            summary[key][f"engine_cpu_s_per_1k_{part}"] = spread_rel(
-                [p["engine_cpu_per_1k"][part] for p in pts if p.get("engine_cpu_per_1k")]
-            )
+    summary = shape2_summary(rows, plan, cfg)
     return {"points": rows, "summary": summary, "reruns": reruns,
             "async_vs_sync": async_ratios(rows, cfg)}  # fmt: skip
 
@@ -1443,6 +1459,34 @@ def parked_point(admin: str, template: str, runs: int, concurrency: int, timeout
     return out
 
 
+def parked_summary(points: list[dict]) -> dict:
+    """The spread of the parked repetitions' numbers."""
+    ok = [p for p in points if "error" not in p]
+    summary = {
+        k: spread_rel([p[k] for p in ok if p.get(k) is not None])
+        for k in (
+            "rss_per_parked_run_bytes",
+            "park_s",
+            "finish_s",
+            "finish_runs_per_s",
+            "park_runs_per_s",
+            "heartbeat_gap_max_s",
+            "loop_lag_max_s",
+            "park_engine_cpu_s_per_1k",
+            "finish_engine_cpu_s_per_1k",
+            "start_s",
+            "signal_s",
+        )
+    }
+    for stage in ("before", "parked", "after"):
+        summary[f"rss_kib_{stage}"] = spread_rel([p[stage]["rss_kib"] for p in ok])
+        summary[f"threads_{stage}"] = spread_rel([p[stage]["threads"] for p in ok])
+    summary["threads_max"] = spread_rel(
+        [max(ph["threads_max"] for ph in p["phases"].values()) for p in ok if p.get("phases")]
+    )
+    return summary
+
+
 def run_parked(cfg: dict, admin: str, template: str, log: Any = print) -> dict:
     """The parked measurement, cfg["reps"] times, each in a fresh database and a fresh worker."""
     points = []
@@ -1468,18 +1512,7 @@ def run_parked(cfg: dict, admin: str, template: str, log: Any = print) -> dict:
                 f"{r['park_s']:.1f} s, finished in {r['finish_s']:.1f} s, worst heartbeat gap "
                 f"{_f(r['heartbeat_gap_max_s'], 2)} s")  # fmt: skip
         points.append(r)
-    ok = [p for p in points if "error" not in p]
-    summary = {k: spread_rel([p[k] for p in ok if p.get(k) is not None])
-               for k in ("rss_per_parked_run_bytes", "park_s", "finish_s", "finish_runs_per_s",
-                         "park_runs_per_s", "heartbeat_gap_max_s", "loop_lag_max_s",
-                         "park_engine_cpu_s_per_1k", "finish_engine_cpu_s_per_1k", "start_s",
-                         "signal_s")}  # fmt: skip
-    for stage in ("before", "parked", "after"):
-        summary[f"rss_kib_{stage}"] = spread_rel([p[stage]["rss_kib"] for p in ok])
-        summary[f"threads_{stage}"] = spread_rel([p[stage]["threads"] for p in ok])
-    summary["threads_max"] = spread_rel(
-        [max(ph["threads_max"] for ph in p["phases"].values()) for p in ok if p.get("phases")]
-    )
+    summary = parked_summary(points)
     return {"runs": cfg["parked_runs"], "points": points, "summary": summary}
 
 
@@ -1501,6 +1534,16 @@ END;
 PGBENCH_ONE_STATEMENT = """\\set id random(1, 10000)
 WITH u AS (UPDATE acct SET n = n + 1 WHERE id = :id RETURNING id) INSERT INTO hist (acct, pad) SELECT id, repeat('x', {pad}) FROM u;
 """
+
+
+def pgbench_spreads(runs: list[dict]) -> dict:
+    """The spread of pgbench's runs at one client count."""
+    return {
+        "tps": spread([r["tps"] for r in runs if "tps" in r]),
+        "wal_bytes_per_tx": spread(
+            [r["wal_bytes_per_tx"] for r in runs if r.get("wal_bytes_per_tx")]
+        ),
+    }
 
 
 def pgbench(admin: str, wal_bytes_per_tx: float | None, clients: list[int], seconds: float,
@@ -1541,10 +1584,7 @@ def pgbench(admin: str, wal_bytes_per_tx: float | None, clients: list[int], seco
                                  "latency_ms": float(lat.group(1)) if lat else None,
                                  "schedule_lag_ms": float(lag.group(1)) if lag else None,
                                  "wal_bytes_per_tx": (after["lsn"] - before["lsn"]) / ntx if ntx else None})  # fmt: skip
-                results["by_clients"][str(c)] = {
-                    "runs": runs, "tps": spread([r["tps"] for r in runs if "tps" in r]),
-                    "wal_bytes_per_tx": spread([r["wal_bytes_per_tx"] for r in runs if r.get("wal_bytes_per_tx")]),
-                }  # fmt: skip
+                results["by_clients"][str(c)] = {"runs": runs, **pgbench_spreads(runs)}
         finally:
             os.unlink(path)
     return results
@@ -1981,7 +2021,8 @@ def render(report: dict) -> str:
     if report.get("temporal_server"):
         L += ["Temporal: `" + " ".join(Path(report["temporal_server"]["command"][0]).name
               if i == 0 else a for i, a in enumerate(report["temporal_server"]["command"]))
-              .replace(str(Path(tempfile.gettempdir())), "$TMP") + "` (SQLite, journal_mode=wal).", ""]  # fmt: skip
+              .replace(str(Path(tempfile.gettempdir())), "$TMP").replace("<tmp>", "$TMP")
+              + "` (SQLite, journal_mode=wal).", ""]  # fmt: skip
     L += ["## How to read the tables: repetitions, re-runs, machine state", "",
           f"Every repetition of every system is listed with its own numbers, the 1-minute load "
           f"average at its start and end (/proc/loadavg) and the CPU steal over it (the steal "
@@ -2234,6 +2275,17 @@ in the same run, beside the write transactions per workflow and the per-effect o
 # -- the run ---------------------------------------------------------------------------------
 
 
+def shape1_aggregate(per_rep: list[dict[str, dict]], systems: list[str]) -> dict:
+    """Shape 1's summaries and ratios, from its repetitions."""
+    out = {
+        "summary": {s: summarize(s, [r[s] for r in per_rep]) for s in systems},
+        "ratios": {p: ratios(per_rep, p) for p in systems if p not in RUNTIMES},
+    }
+    if "runtime" in systems and "runtime_async" in systems:  # the asyncio worker / the sync one
+        out["async_vs_sync"] = ratios(per_rep, "runtime", base="runtime_async")
+    return out
+
+
 def run_bench(cfg: dict, log: Any = None) -> dict:
     log = log or (lambda *a: print(*a, flush=True))
     from interlock_runtime.testing import template_database
@@ -2299,14 +2351,7 @@ def run_bench(cfg: dict, log: Any = None) -> dict:
             report["shape2"] = run_shape2(cfg, admin, template, temporal, log, temporal_pid)
         if "parked" in cfg["shapes"]:
             report["parked"] = run_parked(cfg, admin, template, log)
-    report["shape1"] = {
-        "reps": per_rep,
-        "reruns": reruns,
-        "summary": {s: summarize(s, [r[s] for r in per_rep]) for s in systems},
-        "ratios": {p: ratios(per_rep, p) for p in systems if p not in RUNTIMES},
-    }
-    if "runtime" in systems and "runtime_async" in systems:  # the asyncio worker / the sync one
-        report["shape1"]["async_vs_sync"] = ratios(per_rep, "runtime", base="runtime_async")
+    report["shape1"] = {"reps": per_rep, "reruns": reruns, **shape1_aggregate(per_rep, systems)}
     if cfg.get("pgbench"):
         rt = report["shape1"]["summary"].get("runtime", {})
         size = (rt.get("wal_bytes_per_write_tx") or {}).get("median")
@@ -2315,6 +2360,100 @@ def run_bench(cfg: dict, log: Any = None) -> dict:
                                     cfg["reps"])  # fmt: skip
     report["wall_s"] = time.perf_counter() - t_start
     return report
+
+
+# -- the report from its raw data ------------------------------------------------------------
+# bench.json holds every repetition's own numbers (shape 1's latency samples, each refund and
+# parked point, each pgbench run): the raw data. Everything the report derives from them is
+# recomputed here, so `--verify` can check the JSON's aggregates and the Markdown against it.
+
+
+def aggregate(report: dict) -> dict:
+    """The report's derived parts, recomputed from its repetitions: the same keys as the
+    report, holding only what is derived."""
+    cfg = report["config"]
+    out: dict[str, Any] = {}
+    s1 = report.get("shape1")
+    if s1 is not None:
+        out["shape1"] = shape1_aggregate(s1["reps"], cfg["systems"])
+        limits = {}
+        for i, rep in enumerate(s1["reps"]):
+            r = rep.get("runtime") or {}
+            cl, cost = r.get("commit_limit"), r.get("cost") or {}
+            if cl and cl.get("tps") and cost.get("write_tx_per_wf"):
+                tx_s = r["tput"]["wf_per_s"] * cost["write_tx_per_wf"]
+                limits[str(i)] = {"runtime_tx_per_s": tx_s, "share": tx_s / cl["tps"]}
+        if limits:
+            out["shape1"]["commit_limit_by_rep"] = limits
+    s2 = report.get("shape2")
+    if s2 is not None:
+        out["shape2"] = {
+            "summary": shape2_summary(s2["points"], refund_plan(cfg), cfg),
+            "async_vs_sync": async_ratios(s2["points"], cfg),
+        }
+    if report.get("parked") is not None:
+        out["parked"] = {"summary": parked_summary(report["parked"]["points"])}
+    if report.get("pgbench") is not None:
+        out["pgbench"] = {
+            "by_clients": {
+                c: pgbench_spreads(x["runs"]) for c, x in report["pgbench"]["by_clients"].items()
+            }
+        }
+    return out
+
+
+def with_aggregates(report: dict) -> dict:
+    """The report with every derived part replaced by its recomputation from the raw data."""
+    out = dict(report)
+    for part, derived in aggregate(report).items():
+        merged = dict(out[part])
+        for k, v in derived.items():
+            if k == "commit_limit_by_rep":
+                reps = [dict(rep) for rep in merged["reps"]]
+                for i, vals in v.items():
+                    rt = dict(reps[int(i)]["runtime"])
+                    rt["commit_limit"] = {**rt["commit_limit"], **vals}
+                    reps[int(i)]["runtime"] = rt
+                merged["reps"] = reps
+            elif k == "by_clients":
+                merged[k] = {c: {**merged[k][c], **x} for c, x in v.items()}
+            else:
+                merged[k] = v
+        out[part] = merged
+    return out
+
+
+def render_from_json(report: dict, name: str) -> str:
+    """NAME.md from NAME.json as written: the aggregates recomputed, the plots the report has
+    data for (results/bench.md only; another name writes none)."""
+    full = with_aggregates(report)
+    if name == "bench":
+        full["plots"] = bench_plots.planned(full)
+    return render(full)
+
+
+VERIFIED_NAMES = ("bench", "bench_async", "bench_onestep")
+
+
+def verify(results: Path = RESULTS, name: str = "bench") -> vc.Outcome:
+    """NAME.md and NAME.json's aggregates against their recomputation from its raw data."""
+    label = f"results/{name}.md"
+    js, md = results / f"{name}.json", results / f"{name}.md"
+    report = json.loads(js.read_text()) if js.exists() else {}
+    regen = (report.get("command") or f"python -m prove.bench --name {name}").strip()
+    render_cmd = f"python -m prove.bench --render --name {name}"
+    if not js.exists():
+        return vc.unverifiable(label, regen, f"no {name}.json to render it from")
+    # every path where the JSON's aggregates are not what its repetitions give
+    diffs = vc.diff_json(report, vc.json_roundtrip(with_aggregates(report)))
+    return vc.text_outcome(
+        label,
+        md.read_text() if md.exists() else "",
+        render_from_json(report, name),
+        regen,
+        render_cmd,
+        diffs,
+    )
 
 
 SHAPES = (1, 2, "parked")
@@ -2355,7 +2494,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "temporal-worker":
         return temporal_worker(argv[1:])
     if argv and argv[0] == "render":  # render JSON [MD]: the markdown report of a stored run
-        report = json.loads(Path(argv[1]).read_text())
+        report = with_aggregates(json.loads(Path(argv[1]).read_text()))
         if len(argv) > 2:  # the plots go beside the markdown that embeds them
             report["plots"] = bench_plots.write(report, Path(argv[2]).parent)
         md = render(report)
@@ -2375,7 +2514,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="bench",
                     help="results/NAME.md and .json (default bench; another name writes no plots, "
                          "e.g. --systems runtime,dbos --shapes 1 --name bench_onestep)")  # fmt: skip
+    ap.add_argument(
+        "--verify",
+        action="store_true",
+        help="recompute NAME.md and NAME.json's aggregates from its repetitions in "
+        "memory and compare (default: bench, bench_async, bench_onestep); runs nothing",
+    )
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="rewrite results/NAME.md from results/NAME.json (the template changed; "
+        "no plots are drawn); runs nothing",
+    )
     args = ap.parse_args(argv)
+    if args.verify:
+        names = [args.name] if "--name" in " ".join(argv) else list(VERIFIED_NAMES)
+        return vc.finish([verify(RESULTS, n) for n in names])
+    if args.render:
+        raw = json.loads((RESULTS / f"{args.name}.json").read_text())
+        (RESULTS / f"{args.name}.md").write_text(render_from_json(raw, args.name))
+        print(f"wrote results/{args.name}.md from results/{args.name}.json")
+        return 0
     # A SIGTERM unwinds the run (SystemExit), so its services, workers and scratch databases are
     # stopped and dropped by their context managers instead of being left behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -2400,10 +2559,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke and not args.json:
         RESULTS.mkdir(exist_ok=True)
         report["command"] = "python -m prove.bench " + " ".join(argv)
-        (RESULTS / f"{args.name}.json").write_text(scrub(json.dumps(report, indent=1, default=str)))
+        text = scrub(json.dumps(report, indent=1, default=str))
+        (RESULTS / f"{args.name}.json").write_text(text)
         if args.name == "bench":
-            report["plots"] = bench_plots.write(report, RESULTS)
-        (RESULTS / f"{args.name}.md").write_text(render(report))
+            bench_plots.write(report, RESULTS)
+        # the Markdown from the JSON as written, as `--verify` renders it
+        (RESULTS / f"{args.name}.md").write_text(render_from_json(json.loads(text), args.name))
     print(json.dumps({s: {k: v for k, v in x.items() if k != "errors"}
                       for s, x in report["shape1"]["summary"].items()}, indent=1, default=str))  # fmt: skip
     return 0

@@ -15,6 +15,31 @@ COLORS = {"runtime": "#1f6f43", "runtime_async": "#5fb37a", "dbos": "#7a4fb3", "
           "temporal": "#2a5d9f"}  # fmt: skip
 
 
+def _latency_samples(report: dict) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {}
+    for rep in (report.get("shape1") or {}).get("reps") or []:
+        for system, r in rep.items():
+            samples.setdefault(system, []).extend(r.get("seq_ms") or [])
+    return samples
+
+
+def _refund_series(report: dict) -> dict[str, list[tuple[int, dict]]]:
+    summary = (report.get("shape2") or {}).get("summary") or {}
+    by_system: dict[str, list[tuple[int, dict]]] = {}
+    for key, s in summary.items():
+        system, workers = key.split("@")
+        if not workers.isdigit():  # W x C: the async comparison's larger load, not on this axis
+            continue
+        by_system.setdefault(system, []).append((int(workers), s))
+    return by_system
+
+
+def planned(report: dict) -> list[str]:
+    """The plots write() draws for this report, without drawing them (for the Markdown)."""
+    names = ["bench_latency.png"] if any(_latency_samples(report).values()) else []
+    return names + (["bench_refund.png"] if _refund_series(report) else [])
+
+
 def write(report: dict, outdir: Path) -> list[str]:
     """Draw the plots the report has data for; returns their file names (relative to outdir)."""
     import matplotlib
@@ -23,11 +48,7 @@ def write(report: dict, outdir: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     names: list[str] = []
-    reps = (report.get("shape1") or {}).get("reps") or []
-    samples: dict[str, list[float]] = {}
-    for rep in reps:
-        for system, r in rep.items():
-            samples.setdefault(system, []).extend(r.get("seq_ms") or [])
+    samples = _latency_samples(report)
     if any(samples.values()):
         fig, ax = plt.subplots(figsize=(7, 4))
         for system, xs in samples.items():
@@ -47,13 +68,7 @@ def write(report: dict, outdir: Path) -> list[str]:
         plt.close(fig)
         names.append("bench_latency.png")
 
-    summary = (report.get("shape2") or {}).get("summary") or {}
-    by_system: dict[str, list[tuple[int, dict]]] = {}
-    for key, s in summary.items():
-        system, workers = key.split("@")
-        if not workers.isdigit():  # W x C: the async comparison's larger load, not on this axis
-            continue
-        by_system.setdefault(system, []).append((int(workers), s))
+    by_system = _refund_series(report)
     if by_system:
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
         for system, pts in by_system.items():

@@ -32,7 +32,9 @@ grant). The report is failover.md / failover.json, with each fault's write-unava
 window.
 
 Writes soak.md and soak.json to --out (default results/) with versions, seed, commit, date and
-machine facts. Exits 1 when a must-be-zero count is not zero: duplicate applications at tiers
+machine facts, and raw/soak.jsonl.gz: the rows (workflows, effects, claims, the targets'
+refunds, RSS samples) the counts, rates and slopes are computed from (`aggregate`), so
+`--verify` recomputes the report from committed data and `--render` rewrites the Markdown. Exits 1 when a must-be-zero count is not zero: duplicate applications at tiers
 1 and 2, lost workflows, invariant violations (or missing evidence), workflows not started,
 epochs claimed out of order, takeovers before the lease expired.
 """
@@ -65,6 +67,7 @@ from interlock_runtime.vocabulary import TERMINAL_STATUSES
 from prove.bench import git_facts, machine_facts, pct, version
 from prove.scrub import scrub
 from prove.soak_flows import EMULATED, soak_refund
+from world import verify_common as vc
 from world.pg_pair import PgPair
 from world.target_client import TargetAdmin
 
@@ -551,87 +554,10 @@ class Soak:
 
     def tally(self, started: int, wall: float, chaos_s: float, db0: dt.datetime,
               db1: dt.datetime, final: dict, rss: RssSampler) -> dict:  # fmt: skip
+        """The report: the run's facts, then everything aggregate() derives from its raw data
+        (kept under "raw" for main() to write beside the report)."""
         cfg = self.cfg
-        rows = self.query(
-            "select id, status, result->>'status' as outcome, created_at, updated_at, error,"
-            " (input->>'tier')::int as tier from ilr.workflows where name = 'soak_refund'"
-        )
-        statuses = Counter(r["status"] for r in rows)
-        outcomes = Counter(f"t{r['tier']} {r['outcome'] or r['status']}" for r in rows)
-        lost = sorted(r["id"] for r in rows if r["status"] not in TERMINAL)
-        in_chaos = [r for r in rows if r["status"] in TERMINAL and db0 <= r["updated_at"] <= db1]
-        lat = [(r["updated_at"] - r["created_at"]).total_seconds() * 1000 for r in in_chaos]
-        lat_ok = [(r["updated_at"] - r["created_at"]).total_seconds() * 1000 for r in in_chaos
-                  if r["status"] == "completed"]  # fmt: skip
-        chaos_db_s = max(1e-9, (db1 - db0).total_seconds())
-        effects = self.query(
-            "select tier, state, count(*) as n, sum(sends) as sends from ilr.effects"
-            " group by tier, state order by tier, state"
-        )
-        takeovers = self.query(
-            "select count(*) as n from ilr.claims where prev_status = 'running'"
-        )[0]["n"]
-        # From the claim history, by the database clock of whichever node held the primary:
-        # a later epoch claimed before an earlier one, a takeover before the lease expired.
-        backwards = self.query(
-            "select count(*) as n from ilr.claims c join ilr.claims d on d.workflow_id ="
-            " c.workflow_id and d.epoch > c.epoch and d.claimed_at < c.claimed_at"
-        )[0]["n"]
-        early = self.query(
-            "select count(*) as n from ilr.claims where prev_status = 'running'"
-            " and claimed_at < prev_lease_expires_at"
-        )[0]["n"]
-        dup: dict[str, Any] = {}
-        applications = 0
-        for tier, t in self.targets.items():
-            keys = Counter(r["key"] for r in t.admin.ledger()["refunds"]
-                           if r["source"] != "hand" and r.get("key"))  # fmt: skip
-            applications += sum(keys.values())
-            over = {k: n for k, n in keys.items() if n > 1}
-            dup[f"tier{tier}"] = {"workflows": len(over), "extra_applications":
-                                  sum(n - 1 for n in over.values()), "examples": sorted(over)[:5]}  # fmt: skip
-        ambiguous = {f"tier{e['tier']}": e["n"] for e in effects if e["state"] == "ambiguous"}
-        memory = {}
-        sentinel = "s0-0" if cfg["workers"] > 1 else None
-        for wid, pts in sorted(rss.samples.items()):
-            half = pts[len(pts) // 2 :]
-            memory[wid] = {"samples": len(pts), "span_s": round(pts[-1][0] - pts[0][0], 1),
-                           "first_mib": round(pts[0][1], 1), "last_mib": round(pts[-1][1], 1),
-                           "max_mib": round(max(v for _, v in pts), 1),
-                           "slope_mib_per_min": _r(slope_per_min(pts), 3),
-                           "slope_second_half_mib_per_min": _r(slope_per_min(half), 3)}  # fmt: skip
-        long_lived = {k: v for k, v in memory.items() if v["span_s"] >= 60}
-        # Flat: the sentinel's RSS after its warm-up (the second half of its samples) grows by
-        # at most FLAT_MIB_PER_MIN; the first half holds imports, pools and caches filling up.
-        s_slope = (memory.get(sentinel or "") or {}).get("slope_second_half_mib_per_min")
-        flat = None if s_slope is None else s_slope <= FLAT_MIB_PER_MIN
-        counts = {
-            "requested": cfg["workflows"],
-            "started": started,
-            "not_started": cfg["workflows"] - started,
-            "terminal": sum(statuses[s] for s in TERMINAL),
-            "completed": statuses["completed"],
-            "lost": len(lost),
-            "duplicates_tier12": dup["tier1"]["workflows"] + dup["tier2"]["workflows"],
-            "duplicates_tier3": dup["tier3"]["workflows"],
-            "ambiguous_tier3": ambiguous.get("tier3", 0),
-            "ambiguous_tier12": ambiguous.get("tier1", 0) + ambiguous.get("tier2", 0),
-            "invariant_violations": final["violations"],
-            "missing_evidence": len(final["missing"]),
-            "sample_violations": sum(s["violations"] for s in self.samples),
-            "applications": applications,
-            "sends": sum(e["sends"] or 0 for e in effects),
-            "takeovers_after_expiry": takeovers,
-            "epochs_backwards": backwards,
-            "early_takeovers": early,
-            "failovers": self.chaos["failovers"],
-            "crash_restarts": self.chaos["crash_restarts"],
-        }
-        counts["invariant_violations"] += counts["sample_violations"]
-        failed = [k for k in MUST_BE_ZERO if counts[k]]
-        if cfg["failover"]:  # the faults the run promised must have happened
-            failed += [k for k in ("failovers", "crash_restarts") if counts[k] < cfg[k]]
-        return {
+        report = {
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "config": cfg, "git": git_facts(), "machine": machine_facts(),
             "versions": {d: version(d) for d in ("interlock-runtime", "psycopg")}
@@ -640,28 +566,234 @@ class Soak:
             "clock_offsets": self.pair.measured_offset if self.pair else {},
             "primacy": [[round(t, 3), n] for t, n in self.pair.primacy] if self.pair else [],
             "emulated": [EMULATED], "wall_s": round(wall, 1), "chaos_s": round(chaos_s, 1),
-            "counts": counts, "verdict": "PASS" if not failed else "FAIL", "failed": failed,
-            "statuses": dict(statuses), "outcomes": dict(sorted(outcomes.items())),
-            "effects": [dict(e) for e in effects], "duplicates": dup, "lost_examples": lost[:10],
-            "failed_examples": [{"id": r["id"], "status": r["status"], "error": r["error"]}
-                                for r in rows if r["status"] in ("failed", "stuck")][:10],
             "chaos": dict(self.chaos) | {"worker_exits": self.fleet.exits,
                                          "workers_started": len(self.fleet.all)},
-            "throughput": {
-                "chaos_window_s": round(chaos_db_s, 1),
-                "terminal_per_s": round(len(lat) / chaos_db_s, 2),
-                "completed_per_s": round(len(lat_ok) / chaos_db_s, 2),
-                "overall_terminal_per_s": round(counts["terminal"] / max(wall, 1e-9), 2),
-                "latency_ms": {"n": len(lat), "p50": _r(pct(lat, 50)), "p99": _r(pct(lat, 99)),
-                               "max": _r(max(lat) if lat else None)},
-                "completed_latency_ms": {"n": len(lat_ok), "p50": _r(pct(lat_ok, 50)),
-                                         "p99": _r(pct(lat_ok, 99))},
-            },  # fmt: skip
-            "memory": {"sentinel": sentinel, "workers": memory, "flat": flat,
-                       "flat_limit_mib_per_min": FLAT_MIB_PER_MIN,
-                       "long_lived": sorted(long_lived)},  # fmt: skip
             "invariants": {"final": final, "samples": self.samples},
         }  # fmt: skip
+        raw = self.raw_data(started, wall, db0, db1, rss)
+        return {**report, **aggregate(report, raw), "raw": raw}
+
+    def raw_data(
+        self, started: int, wall: float, db0: dt.datetime, db1: dt.datetime, rss: RssSampler
+    ) -> list[dict]:
+        """Every row the report's counts, rates and slopes come from, in a fixed order."""
+        rows: list[dict] = [
+            {
+                "kind": "run",
+                "started": started,
+                "wall": wall,
+                "chaos_db0": db0.isoformat(),
+                "chaos_db1": db1.isoformat(),
+            }
+        ]
+        for r in self.query(
+            "select id, status, result->>'status' as outcome, created_at, updated_at, error,"
+            " (input->>'tier')::int as tier from ilr.workflows where name = 'soak_refund'"
+            " order by id"
+        ):
+            rows.append(
+                {
+                    "kind": "workflow",
+                    "id": r["id"],
+                    "tier": r["tier"],
+                    "status": r["status"],
+                    "outcome": r["outcome"],
+                    "created_at": r["created_at"].isoformat(),
+                    "updated_at": r["updated_at"].isoformat(),
+                    "error": r["error"] if r["status"] in ("failed", "stuck") else None,
+                }
+            )
+        for r in self.query("select tier, state, sends from ilr.effects order by effect_id"):
+            rows.append(
+                {"kind": "effect", "tier": r["tier"], "state": r["state"], "sends": r["sends"]}
+            )
+        # The claim history, by the database clock of whichever node held the primary.
+        for r in self.query(
+            "select workflow_id, epoch, claimed_at, prev_status, prev_lease_expires_at"
+            " from ilr.claims order by workflow_id, epoch"
+        ):
+            lease = r["prev_lease_expires_at"]
+            rows.append(
+                {
+                    "kind": "claim",
+                    "workflow_id": r["workflow_id"],
+                    "epoch": r["epoch"],
+                    "claimed_at": r["claimed_at"].isoformat(),
+                    "prev_status": r["prev_status"],
+                    "prev_lease_expires_at": lease.isoformat() if lease else None,
+                }
+            )
+        for tier, t in self.targets.items():
+            rows += [
+                {"kind": "refund", "tier": tier, "key": r["key"]}
+                for r in t.admin.ledger()["refunds"]
+                if r["source"] != "hand" and r.get("key")
+            ]
+        for wid, pts in sorted(rss.samples.items()):
+            rows += [{"kind": "rss", "worker": wid, "t": t, "mib": mib} for t, mib in pts]
+        return rows
+
+
+# -- the report from its raw data ---------------------------------------------------------------
+
+
+def aggregate(report: dict, raw: list[dict]) -> dict:
+    """The report's derived parts (counts, verdict, throughput, memory, ...) from its facts
+    (config, chaos, invariants) and its raw rows: a pure function, so `--verify` can recompute
+    a committed report from results/raw/NAME.jsonl.gz."""
+    cfg, chaos, final = report["config"], report["chaos"], report["invariants"]["final"]
+    samples = report["invariants"]["samples"]
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for row in raw:
+        by_kind[row["kind"]].append(row)
+    run = by_kind["run"][0]
+    when = dt.datetime.fromisoformat
+    db0, db1 = when(run["chaos_db0"]), when(run["chaos_db1"])
+    rows = by_kind["workflow"]
+    statuses = Counter(r["status"] for r in rows)
+    outcomes = Counter(f"t{r['tier']} {r['outcome'] or r['status']}" for r in rows)
+    lost = sorted(r["id"] for r in rows if r["status"] not in TERMINAL)
+    in_chaos = [r for r in rows if r["status"] in TERMINAL and db0 <= when(r["updated_at"]) <= db1]
+    lat = [(when(r["updated_at"]) - when(r["created_at"])).total_seconds() * 1000 for r in in_chaos]
+    lat_ok = [
+        (when(r["updated_at"]) - when(r["created_at"])).total_seconds() * 1000
+        for r in in_chaos
+        if r["status"] == "completed"
+    ]
+    chaos_db_s = max(1e-9, (db1 - db0).total_seconds())
+    groups: dict[tuple[int, str], list[dict]] = defaultdict(list)
+    for e in by_kind["effect"]:
+        groups[(e["tier"], e["state"])].append(e)
+    effects = [
+        {
+            "tier": tier,
+            "state": state,
+            "n": len(es),
+            "sends": sum(e["sends"] for e in es if e["sends"] is not None)
+            if any(e["sends"] is not None for e in es)
+            else None,
+        }
+        for (tier, state), es in sorted(groups.items())
+    ]
+    claims = by_kind["claim"]
+    takeovers = sum(1 for c in claims if c["prev_status"] == "running")
+    early = sum(
+        1
+        for c in claims
+        if c["prev_status"] == "running"
+        and c["prev_lease_expires_at"]
+        and when(c["claimed_at"]) < when(c["prev_lease_expires_at"])
+    )
+    history: dict[str, list[dict]] = defaultdict(list)
+    for c in claims:
+        history[c["workflow_id"]].append(c)
+    # a later epoch claimed before an earlier one
+    backwards = sum(
+        1
+        for cs in history.values()
+        for c in cs
+        for d in cs
+        if d["epoch"] > c["epoch"] and when(d["claimed_at"]) < when(c["claimed_at"])
+    )
+    dup: dict[str, Any] = {}
+    applications = 0
+    for tier in TIERS:
+        keys = Counter(r["key"] for r in by_kind["refund"] if r["tier"] == tier)
+        applications += sum(keys.values())
+        over = {k: n for k, n in keys.items() if n > 1}
+        dup[f"tier{tier}"] = {
+            "workflows": len(over),
+            "extra_applications": sum(n - 1 for n in over.values()),
+            "examples": sorted(over)[:5],
+        }
+    ambiguous = {f"tier{e['tier']}": e["n"] for e in effects if e["state"] == "ambiguous"}
+    rss: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in by_kind["rss"]:
+        rss[r["worker"]].append((r["t"], r["mib"]))
+    memory = {}
+    sentinel = "s0-0" if cfg["workers"] > 1 else None
+    for wid, pts in sorted(rss.items()):
+        half = pts[len(pts) // 2 :]
+        memory[wid] = {
+            "samples": len(pts),
+            "span_s": round(pts[-1][0] - pts[0][0], 1),
+            "first_mib": round(pts[0][1], 1),
+            "last_mib": round(pts[-1][1], 1),
+            "max_mib": round(max(v for _, v in pts), 1),
+            "slope_mib_per_min": _r(slope_per_min(pts), 3),
+            "slope_second_half_mib_per_min": _r(slope_per_min(half), 3),
+        }
+    long_lived = {k: v for k, v in memory.items() if v["span_s"] >= 60}
+    # Flat: the sentinel's RSS after its warm-up (the second half of its samples) grows by
+    # at most FLAT_MIB_PER_MIN; the first half holds imports, pools and caches filling up.
+    s_slope = (memory.get(sentinel or "") or {}).get("slope_second_half_mib_per_min")
+    flat = None if s_slope is None else s_slope <= FLAT_MIB_PER_MIN
+    started = run["started"]
+    counts = {
+        "requested": cfg["workflows"],
+        "started": started,
+        "not_started": cfg["workflows"] - started,
+        "terminal": sum(statuses[s] for s in TERMINAL),
+        "completed": statuses["completed"],
+        "lost": len(lost),
+        "duplicates_tier12": dup["tier1"]["workflows"] + dup["tier2"]["workflows"],
+        "duplicates_tier3": dup["tier3"]["workflows"],
+        "ambiguous_tier3": ambiguous.get("tier3", 0),
+        "ambiguous_tier12": ambiguous.get("tier1", 0) + ambiguous.get("tier2", 0),
+        "invariant_violations": final["violations"],
+        "missing_evidence": len(final["missing"]),
+        "sample_violations": sum(s["violations"] for s in samples),
+        "applications": applications,
+        "sends": sum(e["sends"] or 0 for e in effects),
+        "takeovers_after_expiry": takeovers,
+        "epochs_backwards": backwards,
+        "early_takeovers": early,
+        "failovers": chaos.get("failovers", 0),
+        "crash_restarts": chaos.get("crash_restarts", 0),
+    }
+    counts["invariant_violations"] += counts["sample_violations"]
+    failed = [k for k in MUST_BE_ZERO if counts[k]]
+    if cfg.get("failover"):  # the faults the run promised must have happened
+        failed += [k for k in ("failovers", "crash_restarts") if counts[k] < cfg[k]]
+    return {
+        "counts": counts,
+        "verdict": "PASS" if not failed else "FAIL",
+        "failed": failed,
+        "statuses": dict(statuses),
+        "outcomes": dict(sorted(outcomes.items())),
+        "effects": effects,
+        "duplicates": dup,
+        "lost_examples": lost[:10],
+        "failed_examples": [
+            {"id": r["id"], "status": r["status"], "error": r["error"]}
+            for r in rows
+            if r["status"] in ("failed", "stuck")
+        ][:10],
+        "throughput": {
+            "chaos_window_s": round(chaos_db_s, 1),
+            "terminal_per_s": round(len(lat) / chaos_db_s, 2),
+            "completed_per_s": round(len(lat_ok) / chaos_db_s, 2),
+            "overall_terminal_per_s": round(counts["terminal"] / max(run["wall"], 1e-9), 2),
+            "latency_ms": {
+                "n": len(lat),
+                "p50": _r(pct(lat, 50)),
+                "p99": _r(pct(lat, 99)),
+                "max": _r(max(lat) if lat else None),
+            },
+            "completed_latency_ms": {
+                "n": len(lat_ok),
+                "p50": _r(pct(lat_ok, 50)),
+                "p99": _r(pct(lat_ok, 99)),
+            },
+        },
+        "memory": {
+            "sentinel": sentinel,
+            "workers": memory,
+            "flat": flat,
+            "flat_limit_mib_per_min": FLAT_MIB_PER_MIN,
+            "long_lived": sorted(long_lived),
+        },
+    }
 
 
 def _r(x: float | None, nd: int = 1) -> float | None:
@@ -726,7 +858,8 @@ def render(r: dict) -> str:
         rows += [("failovers", c["failovers"], f">= {cfg['failovers']}"),
                  ("crash-restarts of the primary", c["crash_restarts"],
                   f">= {cfg['crash_restarts']}")]  # fmt: skip
-    L += [f"| {a} | {b} | {x} |" for a, b, x in rows]
+    # a count the run did not take yet (a report older than the count) gets no row
+    L += [f"| {a} | {b} | {x} |" for a, b, x in rows if b is not None]
     if fo:
         L += ["", "## Failovers and crash-restarts", "",
               "The database is a primary and a synchronous standby (world/pg_pair.py): a commit "
@@ -817,6 +950,80 @@ def run_soak(cfg: dict, log: Any = None) -> dict:
     return Soak(full, log or (lambda *a: print(*a, flush=True))).run()
 
 
+VERIFIED_NAMES = ("soak", "failover", "failover_clock")
+
+
+def raw_path(results: Path, name: str) -> Path:
+    return results / "raw" / f"{name}.jsonl.gz"
+
+
+def regenerate(report: dict, name: str) -> str:
+    """The command that measures NAME again, from the report's own config."""
+    cfg = report.get("config") or {}
+    if not cfg:
+        return f"python -m prove.soak (see results/{name}.md)"
+    extra = ""
+    if cfg.get("failover"):
+        extra = (
+            f" --failover --failovers {cfg['failovers']} --crash-restarts {cfg['crash_restarts']}"
+        )
+        if cfg.get("standby_clock_offset"):
+            extra += f" --standby-clock-offset {cfg['standby_clock_offset']:g}"
+    return (
+        f"python -m prove.soak --workflows {cfg['workflows']} --minutes {cfg['minutes']:g} "
+        f"--workers {cfg['workers']} --seed {cfg['seed']}{extra}"
+    )
+
+
+def write_report(out: Path, name: str, report: dict) -> None:
+    """NAME.json (the facts and the aggregates), raw/NAME.jsonl.gz (the rows they come from)
+    and NAME.md, rendered from the JSON as written, as `--verify` renders it."""
+    facts = {k: v for k, v in report.items() if k != "raw"}
+    text = scrub(json.dumps(facts, indent=1, default=str))
+    (out / f"{name}.json").write_text(text)
+    raw = [json.loads(scrub(json.dumps(r, default=str))) for r in report.get("raw", [])]
+    vc.write_jsonl_gz(raw_path(out, name), raw)
+    (out / f"{name}.md").write_text(scrub(render(json.loads(text))))
+
+
+def verify(results: Path = RESULTS, name: str = "soak") -> vc.Outcome:
+    """NAME.md and NAME.json's aggregates against their recomputation from raw/NAME.jsonl.gz.
+    A report made before the raw rows were kept is unverifiable; its Markdown must still be
+    what its JSON gives."""
+    label = f"results/{name}.md"
+    js, md = results / f"{name}.json", results / f"{name}.md"
+    if not js.exists():
+        return vc.unverifiable(label, "python -m prove.soak", f"no {name}.json to render it from")
+    report = json.loads(js.read_text())
+    regen = regenerate(report, name)
+    render_cmd = f"python -m prove.soak --render --name {name}"
+    committed = md.read_text() if md.exists() else ""
+    raw = raw_path(results, name)
+    if not raw.exists():
+        out = vc.text_outcome(label, committed, scrub(render(report)), regen, render_cmd)
+        return vc.unverifiable(label, regen) if out.status == vc.VERIFIED else out
+    full = vc.json_roundtrip({**report, **aggregate(report, list(vc.read_jsonl_gz(raw)))})
+    return vc.text_outcome(
+        label, committed, scrub(render(full)), regen, render_cmd, vc.diff_json(report, full)
+    )
+
+
+def from_results(args: argparse.Namespace) -> int:
+    """--verify and --render: read the committed files, run nothing."""
+    results = Path(args.out)
+    names = [args.name] if args.name else list(VERIFIED_NAMES)
+    if args.verify:
+        return vc.finish([verify(results, n) for n in names])
+    for n in names:
+        report = json.loads((results / f"{n}.json").read_text())
+        raw = raw_path(results, n)
+        if raw.exists():  # the aggregates as the raw rows give them
+            report = vc.json_roundtrip({**report, **aggregate(report, list(vc.read_jsonl_gz(raw)))})
+        (results / f"{n}.md").write_text(scrub(render(report)))
+        print(f"wrote {n}.md from {n}.json" + (" and its raw rows" if raw.exists() else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m prove.soak", description=__doc__.split("\n")[0])
     ap.add_argument("--workflows", type=int, default=DEFAULTS["workflows"])
@@ -837,7 +1044,26 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="seconds the standby's clock runs ahead of the primary's (libfaketime)",
     )
+    ap.add_argument(
+        "--verify",
+        action="store_true",
+        help="recompute NAME.md and NAME.json's aggregates from raw/NAME.jsonl.gz "
+        "in memory and compare (default: soak, failover, failover_clock); runs nothing",
+    )
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="rewrite NAME.md from NAME.json (the template changed); runs nothing",
+    )
+    ap.add_argument(
+        "--name",
+        choices=VERIFIED_NAMES,
+        default=None,
+        help="the report --verify or --render reads (default: all)",
+    )
     args = ap.parse_args(argv)
+    if args.verify or args.render:
+        return from_results(args)
     if args.workflows < 1 or args.workers < 1 or args.minutes <= 0:
         ap.error("--workflows and --workers must be >= 1 and --minutes > 0")
     report = run_soak({"workflows": args.workflows, "minutes": args.minutes,
@@ -851,8 +1077,7 @@ def main(argv: list[str] | None = None) -> int:
     name = "failover" if args.failover else "soak"
     if args.failover and args.standby_clock_offset:
         name = "failover_clock"
-    (out / f"{name}.json").write_text(scrub(json.dumps(report, indent=1, default=str)))
-    (out / f"{name}.md").write_text(scrub(render(report)))
+    write_report(out, name, report)
     print(json.dumps({"verdict": report["verdict"], **report["counts"],
                       "throughput": report["throughput"]}, indent=1))  # fmt: skip
     return 0 if report["verdict"] == "PASS" else 1

@@ -5,6 +5,12 @@ code check of the invariant catalog that has evidence in it) finds 0 violations.
 harness failed (a fault that could not be driven, a run that never reached the fault's moment)
 is an ERROR, counted apart, never a pass. The matrix holds when every declared cell of a
 driven fault passed in both modes.
+
+results/matrix.json holds every cell's verdict and evidence counts (the raw data) and, since
+the matrix's declaration can change after a run, the `layout` it rendered (features, faults,
+modes): matrix.md and the JSON's totals are pure functions of it (`render`, `aggregate`).
+`--verify` recomputes both in memory and compares; `--render` rewrites matrix.md from the JSON
+(docs/results.md).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from conformance.matrix.cells import Cell, run_cell
 from conformance.matrix.checks import CHECKS, TWINS
 from conformance.matrix.plan import Matrix, load
 from interlock_runtime import testing
+from world import verify_common as vc
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -118,28 +125,69 @@ def run(cells: list[Cell], matrix: Matrix, log_root: Path | None = None) -> list
     return out
 
 
+def layout(matrix: Matrix) -> dict[str, Any]:
+    """What the report renders of models/faults.yaml, kept in the JSON: the Markdown and the
+    totals are then a function of the JSON alone, whatever the declaration became since."""
+    return {
+        "modes": list(matrix.modes),
+        "features": {
+            f: {"meaning": spec["meaning"], "invariants": matrix.invariants(f)}
+            for f, spec in matrix.features.items()
+        },
+        "faults": {
+            x: {"meaning": spec["meaning"], "driven": bool(spec["driven"])}
+            for x, spec in matrix.faults.items()
+        },
+        "not_applying": [
+            f"{f}/{x}" for f in matrix.features for x in matrix.faults if not matrix.applies(f, x)
+        ],
+    }
+
+
+def layout_of(rep: dict[str, Any], matrix: Matrix | None = None) -> dict[str, Any]:
+    """The report's own layout; a report made before it kept one reads the declaration now."""
+    return rep.get("layout") or layout(matrix or load())
+
+
+def aggregate(cells: list[dict[str, Any]], lay: dict[str, Any]) -> dict[str, Any]:
+    """The report's counts, from its cells and its layout."""
+    declared = [
+        f"{f}/{x}/{m}" for f in lay["features"] for x in lay["faults"] for m in lay["modes"]
+    ]
+    ran = {r["cell"] for r in cells}
+    off = set(lay["not_applying"])
+    not_driven = [c for c in declared if not lay["faults"][c.split("/")[1]]["driven"]]
+    not_applying = [c for c in declared if c.rsplit("/", 1)[0] in off]
+    return {
+        "size": {
+            "features": len(lay["features"]),
+            "faults": len(lay["faults"]),
+            "driven_faults": sum(1 for x in lay["faults"].values() if x["driven"]),
+            "modes": len(lay["modes"]),
+            "declared_cells": len(declared),
+            "not_applying": len(not_applying),
+            "driven_cells": len(declared) - len(not_driven) - len(not_applying),
+            "cells_run": len(cells),
+        },
+        "totals": {
+            v: sum(1 for r in cells if r["verdict"] == v) for v in ("PASS", "FAIL", "ERROR")
+        },
+        "runs": sum(r.get("runs", 0) for r in cells),
+        "violations": sum(len(v) for r in cells for v in r.get("violations", {}).values()),
+        "conceded": sum(len(c["found"]) for r in cells for c in r.get("conceded", {}).values()),
+        "not_run": [c for c in declared if c not in ran and c not in not_applying],
+        "not_driven": not_driven,
+    }
+
+
 def report(matrix: Matrix, results: list[dict[str, Any]], seed: int, wall: float,
            scope: str, git: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-    declared = [f"{f}/{x}/{m}" for f in matrix.features for x in matrix.faults
-                for m in matrix.modes]  # fmt: skip
-    ran = {r["cell"]: r for r in results}
-    not_driven = [c for c in declared if not matrix.faults[c.split("/")[1]]["driven"]]
-    not_applying = [c for c in declared if not matrix.applies(*c.split("/")[:2])]
+    lay = layout(matrix)
     return {
         "commit": git["commit"], "dirty": git["dirty"], "seed": seed, "scope": scope,
         "python": platform.python_version(), "wall_seconds": round(wall, 1),
-        "size": {"features": len(matrix.features), "faults": len(matrix.faults),
-                 "driven_faults": len(matrix.driven), "modes": len(matrix.modes),
-                 "declared_cells": len(declared), "not_applying": len(not_applying),
-                 "driven_cells": len(declared) - len(not_driven) - len(not_applying),
-                 "cells_run": len(results)},
-        "totals": {v: sum(1 for r in results if r["verdict"] == v)
-                   for v in ("PASS", "FAIL", "ERROR")},
-        "runs": sum(r.get("runs", 0) for r in results),
-        "violations": sum(len(v) for r in results for v in r.get("violations", {}).values()),
-        "conceded": sum(len(c["found"]) for r in results for c in r.get("conceded", {}).values()),
-        "not_run": [c for c in declared if c not in ran and c not in not_applying],
-        "not_driven": not_driven,
+        **aggregate(results, lay),
+        "layout": lay,
         "cells": results,
     }  # fmt: skip
 
@@ -155,7 +203,12 @@ def modes_compared(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for (f, x), modes in by_pair.items() if len(modes) > 1]  # fmt: skip
 
 
-def render(rep: dict[str, Any], matrix: Matrix) -> str:
+def render(rep: dict[str, Any], matrix: Matrix | None = None) -> str:
+    """matrix.md from matrix.json: its layout and cells (the counts are recomputed from them)."""
+    lay = layout_of(rep, matrix)
+    rep = {**rep, **aggregate(rep["cells"], lay)}
+    features, faults = lay["features"], lay["faults"]
+    off = set(lay["not_applying"])
     size, totals = rep["size"], rep["totals"]
     dirty = " (dirty)" if rep["dirty"] else ""
     lines = [
@@ -192,18 +245,18 @@ def render(rep: dict[str, Any], matrix: Matrix) -> str:
         "that show where the fault landed, and its wall time.",
         "",
     ]
-    for mode in matrix.modes:
+    for mode in lay["modes"]:
         lines += [f"## Mode {mode}", "",
-                  "| feature | " + " | ".join(matrix.faults) + " |",
-                  "|---|" + "---|" * len(matrix.faults)]  # fmt: skip
-        for feature in matrix.features:
+                  "| feature | " + " | ".join(faults) + " |",
+                  "|---|" + "---|" * len(faults)]  # fmt: skip
+        for feature in features:
             row = []
-            for fault in matrix.faults:
+            for fault in faults:
                 r = ran.get(f"{feature}/{fault}/{mode}")
-                if r is None and not matrix.applies(feature, fault):
+                if r is None and f"{feature}/{fault}" in off:
                     row.append("does not apply")
                 elif r is None:
-                    row.append("not driven" if not matrix.faults[fault]["driven"] else "not run")
+                    row.append("not driven" if not faults[fault]["driven"] else "not run")
                 else:
                     t = r.get("trace") or {}
                     row.append(f"{r['verdict']} ({r.get('runs', 0)} runs, "
@@ -254,11 +307,10 @@ def render(rep: dict[str, Any], matrix: Matrix) -> str:
             lines.append(f"- {r['cell']} (seed {r['seed']}), {name}, {c['lifted']} lifted: "
                          + "; ".join(c["found"][:3]))  # fmt: skip
     lines += ["", "## Invariants per feature", ""]
-    for feature, spec in matrix.features.items():
-        lines.append(f"- **{feature}** ({spec['meaning']}): "
-                     + ", ".join(matrix.invariants(feature)))  # fmt: skip
+    for feature, spec in features.items():
+        lines.append(f"- **{feature}** ({spec['meaning']}): " + ", ".join(spec["invariants"]))
     lines += ["", "## Faults", ""]
-    for fault, spec in matrix.faults.items():
+    for fault, spec in faults.items():
         driven = "" if spec["driven"] else " (not driven yet)"
         lines.append(f"- **{fault}**{driven}: {spec['meaning']}")
     return "\n".join(lines) + "\n"
@@ -281,6 +333,49 @@ def select(matrix: Matrix, args: argparse.Namespace) -> list[Cell]:
     return cells
 
 
+REGENERATE = "make matrix (python -m conformance.matrix)"
+# The committed matrices, as directories of the repository: the whole one, and a re-run of
+# some cells (python -m conformance.matrix --only ... --results-dir results/matrix_rerun).
+COMMITTED = ("results", "results/matrix_rerun")
+
+
+def verify(where: Path = REPO / "results", label: str = "results") -> vc.Outcome:
+    """WHERE/matrix.md and the JSON's counts against their recomputation from its cells."""
+    name = f"{label}/matrix.md"
+    js = where / "matrix.json"
+    render_cmd = "python -m conformance.matrix --render" + (
+        f" --results-dir {label}" if label != "results" else ""
+    )
+    if not js.exists():
+        return vc.unverifiable(name, REGENERATE, "no matrix.json to render it from")
+    rep = json.loads(js.read_text())
+    again = vc.json_roundtrip(aggregate(rep["cells"], layout_of(rep)))
+    stored = {k: rep.get(k) for k in again}
+    md = where / "matrix.md"
+    return vc.text_outcome(
+        name,
+        md.read_text() if md.exists() else "",
+        render(rep),
+        REGENERATE,
+        render_cmd,
+        vc.diff_json(stored, again),
+    )
+
+
+def _from_json(args: argparse.Namespace) -> int:
+    """--verify and --render: read matrix.json, run nothing."""
+    if args.results_dir:
+        dirs = [(Path(args.results_dir), args.results_dir.rstrip("/"))]
+    else:
+        dirs = [(REPO / d, d) for d in COMMITTED]
+    if args.verify:
+        return vc.finish([verify(where, label) for where, label in dirs])
+    for where, label in dirs:
+        (where / "matrix.md").write_text(render(json.loads((where / "matrix.json").read_text())))
+        print(f"wrote {label}/matrix.md from {label}/matrix.json")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m conformance.matrix", description=__doc__)
     ap.add_argument("--seed", type=int, default=1, help="the seed every cell's own derives from")
@@ -290,7 +385,21 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--results-dir", default=None,
                     help="write matrix.md and .json here (default: results/ for the whole "
                          "matrix, .data/matrix/ for a sample or a selection)")  # fmt: skip
+    ap.add_argument(
+        "--verify",
+        action="store_true",
+        help="recompute matrix.md and the JSON's counts from its cells in memory "
+        "and compare (results/ and results/matrix_rerun/, or --results-dir); "
+        "runs nothing",
+    )
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="rewrite matrix.md from matrix.json (the template changed); runs nothing",
+    )
     args = ap.parse_args(argv)
+    if args.verify or args.render:
+        return _from_json(args)
     matrix = load()
     cells = select(matrix, args)
     whole = not (args.sample or args.only or args.exclusive != "any")
@@ -305,6 +414,6 @@ def main(argv: list[str]) -> int:
     rep = report(matrix, results, args.seed, time.monotonic() - t0, scope, git)
     out.mkdir(parents=True, exist_ok=True)
     (out / "matrix.json").write_text(json.dumps(rep, indent=1, default=str) + "\n")
-    (out / "matrix.md").write_text(render(rep, matrix))
+    (out / "matrix.md").write_text(render(rep))
     print(f"matrix: {rep['totals']} -> {out / 'matrix.md'}")
     return 0 if rep["totals"]["FAIL"] == 0 and rep["totals"]["ERROR"] == 0 else 1

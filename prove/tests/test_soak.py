@@ -46,7 +46,7 @@ def test_slope_is_least_squares_per_minute() -> None:
     assert soak.slope_per_min([(0, 1.0), (1, 2.0)]) is None
 
 
-def test_the_failover_mode_rides_through_a_failover_and_a_crash_restart() -> None:
+def test_the_failover_mode_rides_through_a_failover_and_a_crash_restart(tmp_path) -> None:
     report = soak.run_soak({
         "workflows": 8, "workers": 2, "minutes": 0.8, "seed": 20261202, "drain_s": 30.0,
         "kill_every": 6.0, "sample_every": 0, "rss_every": 1.0, "start_rate": 2.0,
@@ -62,3 +62,7 @@ def test_the_failover_mode_rides_through_a_failover_and_a_crash_restart() -> Non
     assert all(f["writable_s"] > 0 for f in report["faults"]), report["faults"]
     text = soak.render(report)
     assert "# Failover soak" in text and "| failover |" in text
+    # As written, the report recomputes from its raw rows (python -m prove.soak --verify).
+    assert report["raw"] and {r["kind"] for r in report["raw"]} >= {"run", "workflow", "claim"}
+    soak.write_report(tmp_path, "failover", report)
+    assert soak.verify(tmp_path, "failover").status == "verified"
