@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup check test lint format docs prove tlc conformance mutants matrix bench soak index refresh pg-start pg-stop pg-status clean browser console-shots
+.PHONY: setup check test lint format docs prove tlc conformance mutants matrix bench soak index refresh verify-results pg-start pg-stop pg-status clean browser console-shots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,10 @@ prove: setup pg-start
 # MATRIX_ARGS passes options through (--seed N; --only feature/fault/mode,...).
 matrix: setup pg-start
 	$(BIN)/python -m conformance.matrix $(MATRIX_ARGS)
+
+# Every published number against the committed raw data it came from; runs nothing (seconds).
+verify-results:
+	$(BIN)/python -m prove.verify_results
 
 # Runtime vs DBOS, Absurd and the Temporal dev server in one run: results/bench.md and .json.
 bench: setup pg-start

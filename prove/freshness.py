@@ -43,12 +43,14 @@ from typing import Any
 
 import yaml
 
+from world.verify_common import BANNER, BEGIN, END, strip_banner
+
+__all__ = ["BEGIN", "END", "strip_banner"]  # re-exported: verifiers call strip_banner
+
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = "prove/results_sources.yaml"
 INDEX_MD = "results/INDEX.md"
 INDEX_JSON = "results/INDEX.json"
-BEGIN = "<!-- freshness -->"
-END = "<!-- /freshness -->"
 TOP_PATHS = 3
 
 RULE = (
@@ -59,9 +61,6 @@ RULE = (
     "when the commit it records is not in this repository's history (or it records none)."
 )
 
-_BANNER_RE = re.compile(
-    rf"^{re.escape(BEGIN)}\n.*?^{re.escape(END)}\n", flags=re.MULTILINE | re.DOTALL
-)
 _HEADING_RE = re.compile(r"^#{1,6} .*\n?", flags=re.MULTILINE)
 
 
@@ -416,11 +415,6 @@ def render_md(index: dict[str, Any]) -> str:
 # Banners
 
 
-def strip_banner(text: str) -> str:
-    """The Markdown without its freshness banner block (markers included), else unchanged."""
-    return _BANNER_RE.sub("", text)
-
-
 def set_banner(text: str, banner: str | None) -> str:
     """The Markdown with its banner set to `banner` (None removes it); idempotent.
 
@@ -429,8 +423,8 @@ def set_banner(text: str, banner: str | None) -> str:
     if banner is None:
         return strip_banner(text)
     block = f"{BEGIN}\n{banner}\n{END}\n"
-    if _BANNER_RE.search(text):
-        return _BANNER_RE.sub(lambda _m: block, text, count=1)
+    if BANNER.search(text):
+        return BANNER.sub(lambda _m: block, text, count=1)
     m = _HEADING_RE.search(text)
     if m is None:
         return block + text

@@ -5,10 +5,10 @@ reader can recompute every number of results/runtime_prove.md without running an
 report is never rendered from those files directly: they are first packed here, and the report
 is rendered from the pack, the same way `python -m prove.report --verify` renders it again.
 
-    <results dir>/runtime_prove_runs/runs.jsonl.gz   every run file, one JSON line each, sorted
+    <results dir>/raw/runtime_prove/runs.jsonl.gz   every run file, one JSON line each, sorted
                                                      by run id, scrubbed of machine paths;
                                                      gzip with no timestamp (byte-reproducible)
-    <results dir>/runtime_prove_runs/index.json      the sweep (size, argv, wall time, versions),
+    <results dir>/raw/runtime_prove/index.json      the sweep (size, argv, wall time, versions),
                                                      the scenario files as they were run, the
                                                      inputs the report reads from elsewhere (TLC
                                                      outcomes, bench medians, activity bodies),
@@ -28,7 +28,7 @@ from typing import Any
 
 from prove.scrub import scrub
 
-DIRNAME = "runtime_prove_runs"
+DIRNAME = "raw/runtime_prove"
 ARCHIVE = "runs.jsonl.gz"
 INDEX = "index.json"
 FORMAT = 1

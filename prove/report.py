@@ -467,7 +467,7 @@ def render_from_raw(out_dir: Path = RESULTS) -> tuple[Path, Path]:
 def verify(out_dir: Path = RESULTS) -> list[str]:
     """The differences between the committed report and the one its committed raw data
     renders (an empty list: every number recomputes). Plots are not compared."""
-    from prove.freshness import strip_banner
+    from world.verify_common import compare
 
     try:
         results, index = prove_raw.load(out_dir / prove_raw.DIRNAME)
@@ -477,24 +477,12 @@ def verify(out_dir: Path = RESULTS) -> list[str]:
     problems = []
     for name, want in (("runtime_prove.md", md), ("runtime_prove.json", js)):
         path = out_dir / name
-        have = strip_banner(path.read_text()) if path.exists() else ""
-        problems += _compare_texts(str(path.relative_to(REPO) if path.is_relative_to(REPO)
-                                       else path), want, have)  # fmt: skip
+        have = path.read_text() if path.exists() else ""
+        name = str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
+        diff = compare(name, have, want)
+        if diff:
+            problems += [f"{name} differs from what its raw data renders:", *diff]
     return problems
-
-
-def _compare_texts(name: str, want: str, have: str, limit: int = 30) -> list[str]:
-    """A readable diff of the first differences (empty when equal)."""
-    if want == have:
-        return []
-    import difflib
-
-    diff = list(difflib.unified_diff(have.splitlines(), want.splitlines(),
-                                     f"{name} (committed)", f"{name} (from raw data)",
-                                     n=0, lineterm=""))  # fmt: skip
-    more = f"... {len(diff) - limit} more diff lines" if len(diff) > limit else None
-    return [f"{name} differs from what its raw data renders:", *diff[:limit],
-            *([more] if more else [])]  # fmt: skip
 
 
 def texts(scns: list[Scenario], results: list[dict], index: dict, out_dir: Path,

@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The freshness banner another writer puts at the top of a report; it is no part of the
-# rendering. prove/freshness.py owns the markers; this is its local equivalent until merge.
-BANNER = re.compile(r"<!-- freshness -->.*?<!-- /freshness -->\n?", re.S)
+# The freshness banner prove/freshness.py writes under a stale report's heading: no part of
+# the rendering. The markers live here, so that every verifier (conformance included, which
+# may not import prove) strips the same block.
+BEGIN = "<!-- freshness -->"
+END = "<!-- /freshness -->"
+BANNER = re.compile(rf"^{re.escape(BEGIN)}\n.*?^{re.escape(END)}\n", flags=re.MULTILINE | re.DOTALL)
 NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?%?")
 DIFF_LINES = 30
 
