@@ -192,6 +192,19 @@ def stale_evidence(registry: dict, statuses: dict[str, str], root: Path) -> list
     return problems
 
 
+def unverified_evidence(registry: dict, verified: dict[str, str], root: Path) -> list[Problem]:
+    """Every claim whose evidence is a report that does not recompute from its committed raw
+    data ({report path: status} from prove.verify_results; a file no verifier covers, such as
+    a report's JSON or a TLC report, is not judged here)."""
+    problems = []
+    for claim in registry.get("claims", []):
+        for link in claim.get("evidence", []):
+            target = link_file(claim["file"], link, root)
+            if target in verified and verified[target] != "verified":
+                problems.append(Problem("unverified", claim["file"], f"{link}: {verified[target]}"))
+    return problems
+
+
 def _registry_problems(registry: dict) -> list[Problem]:
     problems = []
     for n, claim in enumerate(registry.get("claims", [])):

@@ -30,6 +30,22 @@ def test_the_evidence_of_every_claim_is_current():
     assert not stale, "claims resting on results that are not current:\n" + "\n".join(map(str, stale))  # fmt: skip
 
 
+def test_the_evidence_of_every_claim_recomputes_from_its_raw_data():
+    from prove import verify_results
+
+    verified = {o.name: o.status for o in verify_results.run()}
+    bad = doc_claims.unverified_evidence(doc_claims.load_registry(), verified, REPO)
+    assert not bad, "claims resting on reports that do not verify:\n" + "\n".join(map(str, bad))
+
+
+def test_an_unverified_report_fails_its_claims():
+    registry = {"claims": [{"file": "README.md", "quote": "q", "none": True,
+                            "evidence": ["results/soak.md#x"]}]}  # fmt: skip
+    assert doc_claims.unverified_evidence(registry, {"results/soak.md": "verified"}, REPO) == []
+    (p,) = doc_claims.unverified_evidence(registry, {"results/soak.md": "unverifiable"}, REPO)
+    assert p.kind == "unverified" and "unverifiable" in p.what
+
+
 def test_the_scanned_pages_are_readme_and_docs_but_results_md():
     pages = doc_claims.claim_pages()
     assert "README.md" in pages and "docs/design.md" in pages and "docs/async.md" in pages
