@@ -2432,7 +2432,7 @@ def render_from_json(report: dict, name: str) -> str:
     return render(full)
 
 
-VERIFIED_NAMES = ("bench", "bench_async", "bench_onestep")
+VERIFIED_NAMES = ("bench", "bench_onestep")
 
 
 def verify(results: Path = RESULTS, name: str = "bench") -> vc.Outcome:
