@@ -12,9 +12,7 @@ With no flags this is the quick sweep (each scenario's `seeds.quick` per cell, p
 table: S01-S03 at tier 1 through the Stripe-compatible subset, EMULATED). `--full` uses the
 spec's sizes (docs/design.md#prove: 100 per cell, fewer for some scenarios). It starts what it needs
 itself: the project's Postgres (or ILR_DSN) and a Temporal dev server on a throwaway SQLite
-file. Each run writes .data/prove/runs/<run_id>.json; `--resume` reuses finished runs. The
-report packs every run file into <results dir>/raw/runtime_prove/ (committed with it) and is
-rendered from that pack alone: `python -m prove.report --verify` recomputes it from there.
+file. Each run writes .data/prove/runs/<run_id>.json; `--resume` reuses finished runs.
 Exit status: 0 when the sweep ran (incorrect runs are results, not errors), 2 on bad input
 or a service that cannot start (finished run files are left intact: the runs directory is
 cleared only once every service is up).

@@ -6,8 +6,10 @@ that makes it, where it records the commit it was made at, and the code paths it
 counts the commits since then that touched the declared paths (results/ never counts, so
 committing a result or the index does not make anything stale). Status:
 
-- current: no commit touched its paths since it was made;
-- stale: some did (the reason names how many and the most touched paths);
+- current: its declared files are at HEAD what they were at the commit it records (commits
+  since then may have touched them and been undone);
+- stale: some differ (the reason names how many commits touched which paths, and how many
+  files now differ);
 - dirty: made from a tree with uncommitted code, so no commit names what it measured;
 - unknown commit: it records no commit, or one not in this repository's history.
 
@@ -56,8 +58,8 @@ TOP_PATHS = 3
 RULE = (
     "A change to the code a result measures regenerates that result (its command, or "
     "`make refresh STALE_ONLY=1`) before the change is called done. A result is *current* "
-    "when no commit has touched its declared paths since the commit it records, *stale* when "
-    "some have, *dirty* when it was made from a tree with uncommitted code, *unknown commit* "
+    "when its declared paths are at HEAD what they were at the commit it records, *stale* "
+    "when they differ, *dirty* when it was made from a tree with uncommitted code, *unknown commit* "
     "when the commit it records is not in this repository's history (or it records none)."
 )
 
@@ -211,6 +213,15 @@ def touched(root: Path, since: str, paths: list[str]) -> Touched:
     return Touched(len(commits), last[0], last[1], top)
 
 
+def differs(root: Path, since: str, paths: list[str]) -> list[str]:
+    """The declared files whose content at HEAD is not what it was at `since`: what makes a
+    result stale (a commit that touched a path and a later one that undid it cancel out)."""
+    out = _git(root, "diff", "--name-only", since, "HEAD", "--", *pathspecs(paths))
+    if out.returncode != 0:
+        raise RuntimeError(f"git diff {since} HEAD failed: {out.stderr.strip()}")
+    return sorted(ln for ln in out.stdout.splitlines() if ln.strip())
+
+
 def _under(file: str, declared: str) -> bool:
     return file.startswith(declared) if declared.endswith("/") else file == declared
 
@@ -295,6 +306,7 @@ def assess(root: Path, source: Source) -> dict[str, Any]:
         if full:
             t = touched(root, full, source.paths)
             row.update(
+                changed=len(differs(root, full, source.paths)),
                 since=t.count,
                 last_change=t.last_date,
                 last_commit=t.last_commit,
@@ -303,7 +315,7 @@ def assess(root: Path, source: Source) -> dict[str, Any]:
             row["date"] = _git(root, "log", "-1", "--format=%cI", full).stdout.strip()
         rows.append(row)
     # The part made earliest speaks for the result: the most commits since.
-    rows.sort(key=lambda r: (-(r.get("since") or 0), r["commit"]))
+    rows.sort(key=lambda r: (-(r.get("changed") or 0), -(r.get("since") or 0), r["commit"]))
     known = [r for r in rows if r["known"]]
     worst = known[0] if known else None
     since = worst["since"] if worst else None
@@ -343,7 +355,7 @@ def _status(
     if unknown:
         return "unknown commit", f"{', '.join(unknown)} not in this repository's history"
     assert worst is not None
-    stale = _stale_reason(worst) if worst["since"] else ""
+    stale = _stale_reason(worst) if worst.get("changed") else ""
     if any(r["dirty"] for r in rows):
         made = ", ".join(r["short"] for r in rows if r["dirty"])
         return "dirty", f"made from a dirty tree at {made}" + (f"; {stale}" if stale else "")
@@ -353,9 +365,10 @@ def _status(
 
 
 def _stale_reason(row: dict[str, Any]) -> str:
-    n = row["since"]
+    n, files = row["since"], row["changed"]
     paths = ", ".join(f"{p} ({k})" for p, k in row["top_paths"])
-    return f"{n} commit{'s' if n != 1 else ''} touched {paths} since {row['short']}"
+    return (f"{n} commit{'s' if n != 1 else ''} touched {paths} since {row['short']}; "
+            f"{files} {'files now differ' if files != 1 else 'file now differs'}")  # fmt: skip
 
 
 def build_index(root: Path = REPO, sources: list[Source] | None = None) -> dict[str, Any]:

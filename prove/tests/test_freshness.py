@@ -104,9 +104,24 @@ def test_touching_a_declared_path_makes_it_stale_with_the_count(repo: Repo) -> N
     repo.commit("left out", code__tests__t_py="t = 1\n")
     row = repo.row()
     assert row["status"] == "stale" and row["since"] == 2, row
-    assert row["reason"] == f"2 commits touched code/ (2), lib.py (1) since {made[:7]}"
+    assert row["reason"] == (
+        f"2 commits touched code/ (2), lib.py (1) since {made[:7]}; 2 files now differ"
+    )
     assert row["top_paths"] == [["code/", 2], ["lib.py", 1]]
     assert row["last_change"] == repo.git("log", "-1", "--format=%cI", "HEAD~2")
+
+
+def test_a_change_undone_leaves_it_current(repo: Repo) -> None:
+    """Staleness is the code's content, not its history: a commit that touched a declared file
+    and a later one that put it back leave the result current (the count still shows them)."""
+    made = repo.git("rev-parse", "HEAD")
+    repo.record(made)
+    before = (repo.root / "code" / "a.py").read_text()
+    repo.commit("a", code__a_py="a = 9\n")
+    assert repo.row()["status"] == "stale"
+    repo.commit("undo", code__a_py=before)
+    row = repo.row()
+    assert row["status"] == "current" and row["since"] == 2 and row["reason"] == "", row
 
 
 def test_committing_results_and_the_index_keeps_it_current(repo: Repo) -> None:
@@ -171,7 +186,7 @@ def test_every_recorded_commit_is_reported_and_the_oldest_decides(repo: Repo) ->
     row = repo.row()
     assert {c["short"] for c in row["commits"]} == {first[:7], second[:7]}
     assert row["status"] == "stale" and row["since"] == 1, row
-    assert row["reason"].endswith(f"since {first[:7]}")
+    assert f"since {first[:7]};" in row["reason"]
 
 
 def test_the_index_is_reproducible(repo: Repo) -> None:
