@@ -180,12 +180,40 @@ def index_statuses(index: object) -> dict[str, str]:
     return statuses
 
 
+def awaiting(registry: dict) -> dict[str, str]:
+    """Results declared `awaiting_regeneration` in the registry: {results/ file: why}. Their
+    claims are not failed for a stale or unverifiable result; instead a listed result that
+    is current and verified fails `awaiting_done`, so the list cannot outlive its reason."""
+    return {
+        str(e["result"]): str(e.get("reason", ""))
+        for e in registry.get("awaiting_regeneration") or []
+    }
+
+
+def awaiting_done(
+    registry: dict, statuses: dict[str, str], verified: dict[str, str]
+) -> list[Problem]:
+    """Listed results that no longer await anything: current in the index and, where a
+    verifier covers them, verified."""
+    return [
+        Problem(
+            "awaiting", REGISTRY, f"{f} is current and verified: take it off awaiting_regeneration"
+        )
+        for f in awaiting(registry)
+        if statuses.get(f) == "current" and verified.get(f, "verified") == "verified"
+    ]
+
+
 def stale_evidence(registry: dict, statuses: dict[str, str], root: Path) -> list[Problem]:
-    """Every claim whose evidence under results/ is not `current` in the index."""
+    """Every claim whose evidence under results/ is not `current` in the index (results
+    declared awaiting regeneration aside)."""
     problems = []
+    waiting = awaiting(registry)
     for claim in registry.get("claims", []):
         for link in claim.get("evidence", []):
             target = link_file(claim["file"], link, root)
+            if target in waiting:
+                continue
             if target and target.startswith("results/") and statuses.get(target) != "current":
                 status = statuses.get(target, "not in the index")
                 problems.append(Problem("stale", claim["file"], f"{link}: {status}"))
@@ -197,9 +225,12 @@ def unverified_evidence(registry: dict, verified: dict[str, str], root: Path) ->
     data ({report path: status} from prove.verify_results; a file no verifier covers, such as
     a report's JSON or a TLC report, is not judged here)."""
     problems = []
+    waiting = awaiting(registry)
     for claim in registry.get("claims", []):
         for link in claim.get("evidence", []):
             target = link_file(claim["file"], link, root)
+            if target in waiting:
+                continue
             if target in verified and verified[target] != "verified":
                 problems.append(Problem("unverified", claim["file"], f"{link}: {verified[target]}"))
     return problems

@@ -38,6 +38,33 @@ def test_the_evidence_of_every_claim_recomputes_from_its_raw_data():
     assert not bad, "claims resting on reports that do not verify:\n" + "\n".join(map(str, bad))
 
 
+def test_every_result_awaiting_regeneration_still_awaits_it():
+    from prove import verify_results
+
+    index = REPO / doc_claims.INDEX
+    statuses = doc_claims.index_statuses(json.loads(index.read_text()))
+    verified = {o.name: o.status for o in verify_results.run()}
+    done = doc_claims.awaiting_done(doc_claims.load_registry(), statuses, verified)
+    assert not done, "\n".join(map(str, done))
+
+
+def test_a_result_awaiting_regeneration_is_excused_until_it_is_current():
+    registry = {"claims": [{"file": "README.md", "quote": "q", "none": True,
+                            "evidence": ["results/soak.md#x"]}],
+                "awaiting_regeneration": [{"result": "results/soak.md", "reason": "r"}]}  # fmt: skip
+    stale = {"results/soak.md": "stale"}
+    assert doc_claims.stale_evidence(registry, stale, REPO) == []
+    assert doc_claims.unverified_evidence(registry, {"results/soak.md": "unverifiable"}, REPO) == []
+    assert doc_claims.awaiting_done(registry, stale, {}) == []
+    (p,) = doc_claims.awaiting_done(registry, {"results/soak.md": "current"}, {})
+    assert "take it off" in p.what
+    # verified too, where a verifier covers it
+    assert doc_claims.awaiting_done(registry, {"results/soak.md": "current"},
+                                    {"results/soak.md": "unverifiable"}) == []  # fmt: skip
+    registry["awaiting_regeneration"] = []
+    assert len(doc_claims.stale_evidence(registry, stale, REPO)) == 1
+
+
 def test_an_unverified_report_fails_its_claims():
     registry = {"claims": [{"file": "README.md", "quote": "q", "none": True,
                             "evidence": ["results/soak.md#x"]}]}  # fmt: skip
