@@ -204,36 +204,38 @@ def awaiting_done(
     ]
 
 
-def stale_evidence(registry: dict, statuses: dict[str, str], root: Path) -> list[Problem]:
-    """Every claim whose evidence under results/ is not `current` in the index (results
-    declared awaiting regeneration aside)."""
-    problems = []
+def _evidence(registry: dict, root: Path) -> list[tuple[str, str, str | None]]:
+    """(page, link, the results/ file it names) for every claim's evidence, the results
+    declared awaiting regeneration left out."""
     waiting = awaiting(registry)
+    out = []
     for claim in registry.get("claims", []):
         for link in claim.get("evidence", []):
             target = link_file(claim["file"], link, root)
-            if target in waiting:
-                continue
-            if target and target.startswith("results/") and statuses.get(target) != "current":
-                status = statuses.get(target, "not in the index")
-                problems.append(Problem("stale", claim["file"], f"{link}: {status}"))
-    return problems
+            if target not in waiting:
+                out.append((claim["file"], link, target))
+    return out
+
+
+def stale_evidence(registry: dict, statuses: dict[str, str], root: Path) -> list[Problem]:
+    """Every claim whose evidence under results/ is not `current` in the index (results
+    declared awaiting regeneration aside)."""
+    return [
+        Problem("stale", page, f"{link}: {statuses.get(target, 'not in the index')}")
+        for page, link, target in _evidence(registry, root)
+        if target and target.startswith("results/") and statuses.get(target) != "current"
+    ]
 
 
 def unverified_evidence(registry: dict, verified: dict[str, str], root: Path) -> list[Problem]:
     """Every claim whose evidence is a report that does not recompute from its committed raw
     data ({report path: status} from prove.verify_results; a file no verifier covers, such as
     a report's JSON or a TLC report, is not judged here)."""
-    problems = []
-    waiting = awaiting(registry)
-    for claim in registry.get("claims", []):
-        for link in claim.get("evidence", []):
-            target = link_file(claim["file"], link, root)
-            if target in waiting:
-                continue
-            if target in verified and verified[target] != "verified":
-                problems.append(Problem("unverified", claim["file"], f"{link}: {verified[target]}"))
-    return problems
+    return [
+        Problem("unverified", page, f"{link}: {verified[target]}")
+        for page, link, target in _evidence(registry, root)
+        if target in verified and verified[target] != "verified"
+    ]
 
 
 def _registry_problems(registry: dict) -> list[Problem]:
