@@ -123,13 +123,19 @@ class Evidence:
         return {g["id"]: g for g in self.rows("select * from ilr.grants")}
 
     def posts(self, before: bool = False) -> dict[str, list[dict]]:
-        """Refund requests that reached the target, by effect key, in arrival order."""
-        out: dict[str, list[dict]] = defaultdict(list)
-        log = self.need("access_log_before" if before else "access_log")
-        for r in sorted(log, key=lambda r: r["arrival"]):
-            if r["method"] == "POST" and r["path"].rstrip("/").endswith("refunds") and r.get("key"):
-                out[r["key"]].append(r)
-        return out
+        """Refund requests that reached the target, by effect key, in arrival order. Made once
+        per reading (checks ask per effect: rebuilt each time, a 10,000-workflow soak spent
+        minutes here); a key with no request reads as an empty list."""
+        key = ("posts", before)
+        if key not in self._cache:
+            out: dict[str, list[dict]] = defaultdict(list)
+            log = self.need("access_log_before" if before else "access_log")
+            for r in sorted(log, key=lambda r: r["arrival"]):
+                if (r["method"] == "POST" and r["path"].rstrip("/").endswith("refunds")
+                        and r.get("key")):  # fmt: skip
+                    out[r["key"]].append(r)
+            self._cache[key] = out
+        return self._cache[key]
 
     def applied(self, before: bool = False) -> Counter:
         """How many times the target applied each effect (the ledger is ground truth)."""
@@ -695,12 +701,17 @@ def revoke_linearizable(ev: Evidence) -> list[str]:
 PREMISE_READ_MARGIN = 0.25
 
 
-def _premise_reads(log: list[dict], target: Any, payment: str) -> list[float]:
-    """Arrival times of the reads of `payment` at one target (the world's premise reads)."""
-    paths = {f"/payments/{payment}", f"/v1/payment_intents/{payment}"}
-    return sorted(r["arrival"] for r in log
-                  if r.get("target") == target and r["method"] == "GET"
-                  and r["path"].rstrip("/") in paths)  # fmt: skip
+def _premise_reads(log: list[dict]) -> dict[tuple[Any, str], list[float]]:
+    """Arrival times of the reads of each payment at each target (the world's premise reads),
+    by (target, payment), in order."""
+    out: dict[tuple[Any, str], list[float]] = defaultdict(list)
+    for r in log:
+        prefix, _, payment = r["path"].rstrip("/").rpartition("/")
+        if r["method"] == "GET" and prefix in ("/payments", "/v1/payment_intents") and payment:
+            out[(r.get("target"), payment)].append(r["arrival"])
+    for times in out.values():
+        times.sort()
+    return out
 
 
 def _stale_sends(ev: Evidence) -> list[tuple[str, bool, str]]:
@@ -712,10 +723,15 @@ def _stale_sends(ev: Evidence) -> list[tuple[str, bool, str]]:
     read could have returned, with or without the effect's own refund, to differ from the
     decided one. Returns (effect, is a resend, why)."""
     log, ledger = ev.need("access_log"), ev.need("ledger")
+    reads_of = _premise_reads(log)  # built once: per request it was a scan of the whole log
+    rows_of: dict[tuple[Any, str], list[dict]] = defaultdict(list)
+    for r in ledger:
+        rows_of[(r.get("target"), r["payment"])].append(r)
+    posts = ev.posts()
     out = []
     for eid, entries in ev.entries().items():
         decisions = [(e["ts"], e.get("premises")) for e in entries if e["kind"] == "DISPATCHED"]
-        for n, post in enumerate(ev.posts()[eid]):
+        for n, post in enumerate(posts.get(eid, [])):
             earlier = [p for ts, p in decisions if ts <= post["arrival"]] or [
                 p for _, p in decisions[:1]]  # fmt: skip
             premises = earlier[-1] if earlier else None
@@ -724,11 +740,11 @@ def _stale_sends(ev: Evidence) -> list[tuple[str, bool, str]]:
             ):
                 continue
             target, payment = post.get("target"), premises["payment"]
-            reads = [a for a in _premise_reads(log, target, payment) if a < post["arrival"]]
+            reads = [a for a in reads_of.get((target, payment), []) if a < post["arrival"]]
             if not reads:
                 continue  # no read of this payment at this target: nothing to judge it by
             read = reads[-1]
-            rows = [r for r in ledger if r.get("target") == target and r["payment"] == payment]
+            rows = rows_of.get((target, payment), [])
             seen = [r for r in rows if r["created"] < read - PREMISE_READ_MARGIN]
             maybe = [r for r in rows if r["created"] < post["arrival"]]
             low = sum(r["amount"] for r in seen if r.get("key") != eid)
