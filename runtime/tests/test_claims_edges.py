@@ -6,6 +6,7 @@ expired, and an epoch that moved on, each alone. Named in models/mutants/claims.
 from __future__ import annotations
 
 import signal
+import threading
 
 import flows
 import pytest
@@ -89,6 +90,30 @@ def test_the_heartbeat_tells_a_run_that_ended_itself_from_a_fenced_one(row) -> N
                 "lease_expires_at = null where id = %s", (WF,))  # fmt: skip
     assert [(r["renewed"], r["ended"]) for r in _heartbeat_rows(row, 4)] == [(False, True)]
     assert [(r["renewed"], r["ended"]) for r in _heartbeat_rows(row, 3)] == [(False, False)]
+
+
+def test_an_end_that_commits_while_the_heartbeat_waits_is_not_a_fence(row, dsn) -> None:
+    """The run's last write holds the row when the heartbeat arrives, and commits while the
+    heartbeat waits for the row's lock. The answer must say `ended` from the row as committed,
+    not from the statement's older snapshot, which still shows the run running (that read
+    logged a false `fenced` for a run that had completed)."""
+    _running(row, 3, 5)
+    ending = db.connect(dsn)
+    ending.execute("begin")
+    ending.execute("update ilr.workflows set status = 'completed', "
+                   "lease_expires_at = null where id = %s", (WF,))  # fmt: skip
+    answers: list = []
+    heartbeat = db.connect(dsn)
+    waiter = threading.Thread(target=lambda: answers.extend(_heartbeat_rows(heartbeat, 3)))
+    waiter.start()
+    wait_for(lambda: row.execute(
+        "select count(*) as n from pg_stat_activity where pid = %s and wait_event_type = 'Lock'",
+        (heartbeat.info.backend_pid,)).fetchone()["n"] == 1, 10, "the heartbeat to wait")  # fmt: skip
+    ending.execute("commit")
+    waiter.join(10)
+    ending.close()
+    heartbeat.close()
+    assert [(r["renewed"], r["ended"]) for r in answers] == [(False, True)]
 
 
 def test_a_commit_after_the_lease_expired_is_fenced_with_no_successor(

@@ -15,20 +15,30 @@ returning cancel_requested_at, now() as now, lease_expires_at;
 -- asked about: `renewed`, or why not. `ended`: the row is no longer running under this epoch
 -- because the run itself ended it (completed, suspended, ...) between the worker's snapshot of its
 -- runs and this statement, which is not a fence; otherwise a run not renewed was fenced (its
--- epoch moved on or its lease expired). The outer select reads the rows as they were before the
--- update (one snapshot for the whole statement).
-with renewed as (
+-- epoch moved on or its lease expired). `held` locks the rows first, in id order, for `ended`: a
+-- locking read waits for a write in flight and returns the row as committed, where a plain read
+-- keeps the statement's older snapshot and calls a run that ended meanwhile fenced. The renewal
+-- itself tests the row as committed either way (an update rechecks its conditions after a wait).
+with asked as (
+  select * from unnest(%(ids)s::text[], %(epochs)s::bigint[]) as h(id, epoch)
+), held as (
+  select w.id, w.epoch, w.status
+    from ilr.workflows w
+   where w.id in (select id from asked)
+   order by w.id
+     for no key update
+), renewed as (
   update ilr.workflows w
      set lease_expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
-    from unnest(%(ids)s::text[], %(epochs)s::bigint[]) as h(id, epoch)
+    from asked h
    where w.id = h.id and w.epoch = h.epoch and w.status = 'running' and w.lease_expires_at > now()
   returning w.id, w.cancel_requested_at
 )
 select h.id, r.id is not null as renewed, r.cancel_requested_at,
-       r.id is null and w.epoch = h.epoch and w.status <> 'running' as ended
-  from unnest(%(ids)s::text[], %(epochs)s::bigint[]) as h(id, epoch)
+       r.id is null and l.epoch = h.epoch and l.status <> 'running' as ended
+  from asked h
   left join renewed r on r.id = h.id
-  left join ilr.workflows w on w.id = h.id;
+  left join held l on l.id = h.id;
 
 -- name: claim
 -- Claim due work (docs/design.md#claims): pending or sleeping rows whose time has come, and running rows
