@@ -6,7 +6,8 @@ needs an input only its author can name (a checkout of an older commit, a chosen
 cells), so it is listed but not run.
 
 Resuming. After each step that exits 0 the state file .data/refresh/state.json records the
-step and the HEAD it ran at. A rerun skips a step finished at HEAD, or at an earlier commit
+step, the HEAD it ran at and its wall time in seconds (every attempt, failed or not, is kept in
+its `attempts` list, so the time of a sweep split over several sessions adds up). A rerun skips a step finished at HEAD, or at an earlier commit
 when no commit since touched the code the result measures (so committing each result as it
 comes does not start the sweep over). A step that fails stops the run; the next run starts
 there. `--fresh` (`make refresh FRESH=1`) forgets the state.
@@ -24,6 +25,7 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,13 +54,18 @@ def head(root: Path) -> str:
 
 
 def load_state(root: Path) -> dict[str, Any]:
-    """The finished steps: {"done": {name: {"head": sha}}}; empty when absent or unreadable."""
+    """The finished steps, {"done": {name: {"head": sha, "seconds": s}}}, and every attempt,
+    {"attempts": [{"step", "head", "seconds", "exit"}]}; empty when absent or unreadable."""
     try:
         state = json.loads((root / STATE).read_text())
     except (OSError, ValueError):
-        return {"done": {}}
+        return {"done": {}, "attempts": []}
     done = state.get("done") if isinstance(state, dict) else None
-    return {"done": done if isinstance(done, dict) else {}}
+    attempts = state.get("attempts") if isinstance(state, dict) else None
+    return {
+        "done": done if isinstance(done, dict) else {},
+        "attempts": attempts if isinstance(attempts, list) else [],
+    }
 
 
 def save_state(root: Path, state: dict[str, Any]) -> None:
@@ -108,11 +115,12 @@ def refresh(
     fresh: bool = False,
     runner: Runner = run_command,
     index: bool = True,
+    clock: Callable[[], float] = time.monotonic,
 ) -> int:
     """Run the selected steps not yet done, then write the index; the first failing exit code."""
     sources = freshness.load_sources(root)
     steps = select(root, sources, only, stale_only)
-    state = {"done": {}} if fresh else load_state(root)
+    state: dict[str, Any] = {"done": {}, "attempts": []} if fresh else load_state(root)
     if fresh:
         save_state(root, state)
     now = head(root)
@@ -121,7 +129,12 @@ def refresh(
         if at is not None:
             print(f"prove.refresh: {step.name}: done at {at[:7]}, skipped", flush=True)
             continue
+        began = clock()
         rc = runner(step.command, root)
+        seconds = round(clock() - began, 1)
+        state["attempts"].append({"step": step.name, "head": now, "seconds": seconds, "exit": rc})
+        save_state(root, state)
+        print(f"prove.refresh: {step.name}: exit {rc} after {seconds:.0f} s", flush=True)
         if rc != 0:
             print(
                 f"prove.refresh: {step.name} failed (exit {rc}); fix it and run again to "
@@ -129,7 +142,7 @@ def refresh(
                 file=sys.stderr,
             )
             return rc
-        state["done"][step.name] = {"head": now}
+        state["done"][step.name] = {"head": now, "seconds": seconds}
         save_state(root, state)
     if index:
         return freshness.main(["--root", str(root)])
@@ -137,17 +150,28 @@ def refresh(
 
 
 def listing(root: Path = REPO) -> str:
-    """One line per step: its name, whether it is done (and at which commit), its command."""
+    """One line per step: its name, whether it is done (at which commit, in how long), its
+    command; then the wall time of the finished steps and of every attempt."""
     sources = freshness.load_sources(root)
     state = load_state(root)
-    lines = []
+    lines, total = [], 0.0
     for s in sources:
+        took = ""
         if not s.refresh:
             mark = "manual"
         else:
             at = finished(root, s, state)
             mark = f"done at {at[:7]}" if at else "to do"
-        lines.append(f"{s.name:<16} {mark:<16} {s.command}")
+            seconds = state["done"].get(s.name, {}).get("seconds") if at else None
+            if isinstance(seconds, (int, float)):
+                total += seconds
+                took = f"{seconds / 60:.1f} min"
+        lines.append(f"{s.name:<16} {mark:<16} {took:>10}  {s.command}")
+    spent = sum(a.get("seconds", 0) for a in state["attempts"] if isinstance(a, dict))
+    lines.append(
+        f"finished steps: {total / 60:.1f} min; every attempt, failed and repeated ones "
+        f"included: {spent / 60:.1f} min"
+    )
     return "\n".join(lines)
 
 

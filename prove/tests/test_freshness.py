@@ -325,6 +325,25 @@ def test_refresh_resumes_after_a_failure_and_skips_finished_steps(steps: Repo) -
     )
 
 
+def test_refresh_records_each_steps_wall_time_across_interruptions(steps: Repo) -> None:
+    ticks = iter(range(0, 1000, 60))  # each reading of the clock is a minute after the last
+    clock = lambda: float(next(ticks))  # noqa: E731
+    assert _refresh(steps, FakeRunner(fail="make two"), clock=clock) == 3
+    assert _refresh(steps, FakeRunner(), clock=clock) == 0
+    state = refresh.load_state(steps.root)
+    assert {k: v["seconds"] for k, v in state["done"].items()} == {
+        "one": 60.0, "two": 60.0, "three": 60.0
+    }  # fmt: skip
+    assert [(a["step"], a["exit"]) for a in state["attempts"]] == [
+        ("one", 0), ("two", 3), ("two", 0), ("three", 0)
+    ]  # fmt: skip
+    listing = refresh.listing(steps.root)
+    assert re.search(r"^one +done at \w+ +1\.0 min ", listing, re.M)
+    assert "finished steps: 3.0 min; every attempt, failed and repeated ones included: 4.0 min" in (
+        listing
+    )
+
+
 def test_refresh_keeps_steps_whose_code_did_not_change_since(steps: Repo) -> None:
     assert _refresh(steps, FakeRunner()) == 0
     steps.commit("results committed", results__one_json="{}")
