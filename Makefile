@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup check test lint format docs prove tlc conformance mutants matrix bench soak index refresh verify-results pg-start pg-stop pg-status clean browser console-shots
+.PHONY: dist setup check test lint format docs prove tlc conformance mutants matrix bench soak index refresh verify-results pg-start pg-stop pg-status clean browser console-shots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The product's sdist and wheel in dist/ (docs/install.md): what a project outside this
+# repository installs. The build is isolated: pip fetches the backend pyproject.toml names.
+dist: setup
+	rm -rf dist build
+	$(BIN)/python -m build --sdist --wheel --outdir dist .
+	@ls -1 dist
 
 pg-start: setup
 	$(BIN)/interlock pg start

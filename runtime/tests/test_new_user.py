@@ -164,7 +164,7 @@ def build_wheel(out: Path) -> tuple[Path, Path]:
     """The product's wheel from the checkout's files (tracked and untracked, not ignored). They
     are copied first: setuptools builds in the source tree, and a stale build/ in the checkout
     would put files into the wheel that the checkout no longer has. The build is isolated:
-    pyproject.toml asks for setuptools>=68, which pip takes from the package index."""
+    pyproject.toml asks for setuptools>=77, which pip takes from the package index."""
     listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                  cwd=REPO, timeout=60).stdout  # fmt: skip
     src = out / "src"
@@ -175,7 +175,7 @@ def build_wheel(out: Path) -> tuple[Path, Path]:
     proc = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out / "dist"),
                 str(src)], timeout=300, check=False)  # fmt: skip
     if proc.returncode != 0:
-        pytest.fail("building the wheel failed (pip wheel needs setuptools>=68 from the package "
+        pytest.fail("building the wheel failed (pip wheel needs setuptools>=77 from the package "
                     f"index: is the registry reachable?)\n{proc.stdout[-3000:]}\n"
                     f"{proc.stderr[-3000:]}")  # fmt: skip
     (wheel,) = (out / "dist").glob("interlock_runtime-*.whl")
