@@ -7,9 +7,9 @@ cells), so it is listed but not run.
 
 Resuming. After each step that exits 0 the state file .data/refresh/state.json records the
 step, the HEAD it ran at and its wall time in seconds (every attempt, failed or not, is kept in
-its `attempts` list, so the time of a sweep split over several sessions adds up). A rerun skips a step finished at HEAD, or at an earlier commit
-when no commit since touched the code the result measures (so committing each result as it
-comes does not start the sweep over). A step that fails stops the run; the next run starts
+its `attempts` list, so the time of a sweep split over several sittings adds up). A rerun skips
+a step finished at HEAD, or at an earlier commit when no commit since touched the code the
+result measures (so committing each result as it comes does not start the sweep over). A step that fails stops the run; the next run starts
 there. `--fresh` (`make refresh FRESH=1`) forgets the state.
 
     python -m prove.refresh --list           # the steps, and which are done
