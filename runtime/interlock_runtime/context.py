@@ -33,10 +33,13 @@ class RunView:
 
     @property
     def workflow_id(self) -> str:
+        """The id of the workflow this run belongs to."""
         return self._engine.workflow_id
 
     @property
     def epoch(self) -> int:
+        """This claim's epoch: one more at every claim of the workflow. Every write of the
+        run is fenced on it (docs/design.md#fence)."""
         return self._engine.epoch
 
     @property
@@ -46,6 +49,8 @@ class RunView:
 
     @property
     def cancel_requested(self) -> bool:
+        """True once a cancel of this workflow has reached this run (by its last write or
+        heartbeat); `Cancelled` is raised at the next durable call."""
         return self._engine.run.cancel_requested_at is not None
 
     @property

@@ -58,6 +58,7 @@ class AsyncRuntime:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the client's connections (what leaving `async with` does); safe to repeat."""
         if self._rt is not None:
             rt, self._rt = self._rt, None
             await asyncio.to_thread(rt.close)

@@ -22,6 +22,7 @@ class EffectResult:
 
     @property
     def refused(self) -> bool:
+        """True for a REFUSED:* status: the gate refused to send (`reason` says why)."""
         return self.status.startswith("REFUSED")
 
     @property
