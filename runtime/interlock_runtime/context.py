@@ -130,8 +130,9 @@ class WorkflowContext(RunView):
                decision: Any = None, postcondition: Any = None) -> EffectResult:  # fmt: skip
         """Send an external effect through the gate (docs/design.md#gated-effects); returns an EffectResult.
 
-        At most once per `key` at tiers 1 and 2, only under the live `grant`, only while
-        `premises` (what the decision assumed) still hold, journaled in a verifiable receipt."""
+        At most once per `key` at tiers 1 and 2 under assumptions A1, A2, A4 and A5
+        (docs/design.md#assumptions), only under the live `grant`, only while `premises` (what
+        the decision assumed) still hold, journaled in a verifiable receipt."""
         prepared = prepare(target, key, payload, premises, grant, name=name,
                            local_premises=local_premises, action=action,
                            postcondition=postcondition)  # fmt: skip

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from .. import db, journal, killpoints
+from ..vocabulary import ResultStatus
 from ..telemetry import DISPATCH, effect_stage
 from .authority import grant_checks, local_violations
 from .call import Chain, EffectCall, journal_entries
@@ -105,7 +106,7 @@ def _authorize(call: EffectCall, fence: db.Row, chain: Chain, decided_on: Any,
     if not checks["lease_live"]:
         why = "; ".join(checks["refusals"])
         chain.append("REFUSED", reason=why, checks=checks)
-        return call.record("REFUSED:lease", reason=why)
+        return call.record(ResultStatus.REFUSED_AUTHORITY, reason=why)
     chain.append("AUTHORIZED", lease=call.grant)
     checks["violations"] = violations + local_violations(conn, call.local_premises, call.eid)
     if checks["violations"]:
