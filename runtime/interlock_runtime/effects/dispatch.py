@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from .. import db, journal, killpoints
-from ..vocabulary import ResultStatus
 from ..telemetry import DISPATCH, effect_stage
+from ..vocabulary import ResultStatus
 from .authority import grant_checks, local_violations
 from .call import Chain, EffectCall, journal_entries
 from .commit import send_and_commit
