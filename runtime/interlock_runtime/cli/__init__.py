@@ -75,8 +75,10 @@ def _pg(args: argparse.Namespace) -> int:
         print(f"postgres: {action()}")
         return 0
     except local_postgres.PostgresError as exc:
+        # the cluster cannot be managed here (no binaries, a port taken, ...): like an
+        # unreachable database, the environment's to fix, so exit status 2
         print(f"interlock pg {args.action}: {exc}", file=sys.stderr)
-        return 1
+        return 2
 
 
 def _worker(rest: list[str]) -> int:
@@ -185,6 +187,9 @@ def _describe(args: argparse.Namespace) -> int:
     print("\nclaims")
     print_table(wf["claims"], ["epoch", "owner", "version", "claimed_at", "prev_status",
                                "prev_lease_expires_at"])  # fmt: skip
+    # the ids `interlock receipt EFFECT_ID` takes
+    print("\neffects")
+    print_table(wf["effects"], ["effect_id", "state", "target", "tier", "sends", "grant_id"])
     return 0
 
 
@@ -204,13 +209,26 @@ def _signal(args: argparse.Namespace) -> int:
         return 2
     with _runtime(args) as rt:
         signal_id = rt.signal(args.id, args.name, payload, sender=args.sender)
+        waits_for = (rt.describe(args.id).get("waiting") or {}).get("signal")
     print(f"signal {args.name!r} delivered to {args.id} (signal id {signal_id})")
+    hint = validate.did_you_mean(args.name, [waits_for] if waits_for else [])
+    if hint:  # kept: a signal may come before its wait, but this one looks like a typo
+        print(f"interlock signal: note: {args.id} waits for signal {waits_for!r}, and nothing "
+              f"waits for {args.name!r} yet{hint}", file=sys.stderr)  # fmt: skip
     return 0
 
 
 def _start(args: argparse.Namespace) -> int:
     value = validate.parse_json(args.input, "--input")
     with _runtime(args) as rt:
+        deployed = {d["name"] for d in rt.deployments()}
+        hint = validate.did_you_mean(args.name, deployed)
+        if args.name not in deployed and hint and not args.await_worker:
+            # a typo of a deployed name would otherwise wait for ever for a worker
+            print(f"interlock start: no deployment serves {args.name!r}{hint}; nothing was "
+                  f"started. To start it for a worker that will serve {args.name!r}, pass "
+                  "--await-worker", file=sys.stderr)  # fmt: skip
+            return 2
         wf_id = rt.start(args.name, args.id, value, version=args.version, queue=args.queue,
                          priority=args.priority, queue_key=args.queue_key,
                          dedup_id=args.dedup_id, wait_for_worker=not args.require_deployed,
@@ -481,6 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-deployed", action="store_true",
                    help="refuse (exit 1) when no deployment serves the workflow, instead of "
                    "recording it as awaiting_worker until a worker serves it")  # fmt: skip
+    p.add_argument("--await-worker", action="store_true",
+                   help="start it awaiting a worker even when its name is close to a deployed "
+                   "one (without this, such a name is taken for a typo: exit 2, nothing "
+                   "started)")  # fmt: skip
     p = verb("result", _result, "wait for a workflow's result")
     p.add_argument("id", help="the workflow id")
     p.add_argument("--timeout", type=checked(_seconds), default=None, metavar="SECONDS",

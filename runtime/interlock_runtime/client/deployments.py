@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import db
+from .. import db, validate
 from ..errors import CodeChanged, UnknownWorkflow
 from ..workflow import WorkflowDef, definition
 from .connection import ClientConnection
@@ -44,10 +44,12 @@ class Deployments(ClientConnection):
             if row:
                 newest: str = row["version"]
                 return newest
-        registered = sorted(f"{d['name']}@{d['version']}" for d in self.deployments())
+        deployed = self.deployments()
+        registered = sorted(f"{d['name']}@{d['version']}" for d in deployed)
         wanted = f"{name}@{version}" if version else name
+        hint = validate.did_you_mean(name, [d["name"] for d in deployed])
         raise UnknownWorkflow(
-            f"no deployment serves workflow {wanted!r}; registered: "
+            f"no deployment serves workflow {wanted!r}{hint}; registered: "
             f"{', '.join(registered) or 'none'}. Start a worker that serves it, or call "
             "rt.register(fn) with the decorated function."
         )
