@@ -195,6 +195,13 @@ def _query(args: argparse.Namespace) -> int:
         return show(rt.status_record(args.id), args.json)
 
 
+def _telemetry_from_env() -> None:
+    """start and signal make a span: the CLI is the application, so OTEL_* configures it."""
+    from ..telemetry_env import configure_from_env
+
+    configure_from_env("interlock-cli")  # docs/observability.md#configuring
+
+
 def _signal(args: argparse.Namespace) -> int:
     payload = validate.parse_json(args.payload, "--payload")
     if args.name == "approve" and not (isinstance(payload, dict) and "grant_id" in payload):
@@ -202,6 +209,7 @@ def _signal(args: argparse.Namespace) -> int:
               f"run `interlock approve {args.id} --by WHO [--payload JSON]`; nothing was sent",
               file=sys.stderr)  # fmt: skip
         return 2
+    _telemetry_from_env()
     with _runtime(args) as rt:
         signal_id = rt.signal(args.id, args.name, payload, sender=args.sender)
     print(f"signal {args.name!r} delivered to {args.id} (signal id {signal_id})")
@@ -210,6 +218,7 @@ def _signal(args: argparse.Namespace) -> int:
 
 def _start(args: argparse.Namespace) -> int:
     value = validate.parse_json(args.input, "--input")
+    _telemetry_from_env()
     with _runtime(args) as rt:
         wf_id = rt.start(args.name, args.id, value, version=args.version, queue=args.queue,
                          priority=args.priority, queue_key=args.queue_key,
