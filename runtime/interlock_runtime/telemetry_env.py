@@ -54,26 +54,22 @@ class ExporterUnavailable(InvalidInput):
 
 
 def exporter_names(signal: str) -> list[str]:
-    """The exporters OTEL_<SIGNAL>_EXPORTER asks for, `otlp` resolved to the entry point the
-    SDK would pick for its protocol; [] for unset, empty or `none`."""
-    variable = _VARIABLE[signal]
-    raw = os.environ.get(variable, "")
-    names = [n.strip() for n in raw.split(",") if n.strip() and n.strip().lower() != "none"]
-    return [_otlp(name, signal) for name in names]
+    """The exporters OTEL_<SIGNAL>_EXPORTER asks for; [] for unset, empty or `none`."""
+    raw = os.environ.get(_VARIABLE[signal], "")
+    return [n.strip() for n in raw.split(",") if n.strip() and n.strip().lower() != "none"]
 
 
 def _otlp(name: str, signal: str) -> str:
+    """`otlp` as the entry point the SDK picks for the configured protocol."""
     if name != "otlp":
         return name
-    protocol = (
-        os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "grpc"  # the Python SDK's default for `otlp`
-    ).strip()
+    variable = next((v for v in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL",
+                                 "OTEL_EXPORTER_OTLP_PROTOCOL") if os.environ.get(v)), "")  # fmt: skip
+    protocol = os.environ.get(variable, "grpc").strip() if variable else "grpc"  # the SDK's default
     if protocol not in _OTLP:
         raise ExporterUnavailable(
-            f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol!r} is not one the Python exporters speak; "
-            "set it to grpc or http/protobuf"
+            f"{variable}={protocol!r} is not a protocol the Python OTLP exporters speak; set it "
+            "to grpc or http/protobuf"
         )
     return _OTLP[protocol]
 
@@ -100,7 +96,8 @@ def configure_from_env(service: str | None = None) -> tuple[str, ...]:
         raise ExporterUnavailable(
             f"{variable} is set but OpenTelemetry is not installed: {SDK_HINT} (or unset {variable})"
         )
-    todo = {signal: names for signal, names in asked.items() if not _provider_set(signal)}
+    todo = {signal: [_otlp(name, signal) for name in names]
+            for signal, names in asked.items() if not _provider_set(signal)}  # fmt: skip
     if not todo:
         return ()
     sdk = _sdk(next(iter(todo)))
