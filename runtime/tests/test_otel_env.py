@@ -206,7 +206,7 @@ def test_otel_env_alone_traces_the_cli_start_the_worker_run_and_the_target(
 LIBRARY = """
 import asyncio, json, sys
 from opentelemetry import trace
-from interlock_runtime import AsyncRuntime, Runtime
+from interlock_runtime import AsyncRuntime, Runtime, telemetry
 from interlock_runtime.telemetry_env import configure_from_env
 
 dsn, client = sys.argv[1], sys.argv[2]
@@ -231,7 +231,7 @@ start("lib-before")  # OTEL_* set, nothing configured: a library installs no pro
 before = type(trace.get_tracer_provider()).__name__
 configured = configure_from_env("library-app")  # the application asks
 start("lib-after")
-print(json.dumps({"before": before, "configured": configured,
+print(json.dumps({"before": before, "configured": configured, "worker_spans": telemetry._tracing,
                   "stored": [stored("lib-before"), stored("lib-after")]}))
 """
 
@@ -274,6 +274,7 @@ def test_a_library_client_is_configured_by_otel_env_only_when_the_application_as
                           env=clean_env(OTEL_TRACES_EXPORTER="console"))  # fmt: skip
     assert got["before"] == "ProxyTracerProvider"  # Runtime(...) set nothing by itself
     assert got["configured"] == ["traces"]
+    assert got["worker_spans"] is True  # a Worker made before it would make its spans now
     before, after = got["stored"]
     assert before is None  # no provider: no trace context stored
     (start,) = [s for s in spans_in(out.stdout) if s["name"] == "interlock.start"]
