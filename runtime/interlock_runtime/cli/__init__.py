@@ -200,6 +200,13 @@ def _query(args: argparse.Namespace) -> int:
         return show(rt.status_record(args.id), args.json)
 
 
+def _telemetry_from_env() -> None:
+    """start and signal make a span: the CLI is the application, so OTEL_* configures it."""
+    from ..telemetry_env import configure_from_env
+
+    configure_from_env("interlock-cli")  # docs/observability.md#configuring
+
+
 def _signal(args: argparse.Namespace) -> int:
     payload = validate.parse_json(args.payload, "--payload")
     if args.name == "approve" and not (isinstance(payload, dict) and "grant_id" in payload):
@@ -207,6 +214,7 @@ def _signal(args: argparse.Namespace) -> int:
               f"run `interlock approve {args.id} --by WHO [--payload JSON]`; nothing was sent",
               file=sys.stderr)  # fmt: skip
         return 2
+    _telemetry_from_env()
     with _runtime(args) as rt:
         signal_id = rt.signal(args.id, args.name, payload, sender=args.sender)
         waits_for = (rt.describe(args.id).get("waiting") or {}).get("signal")
@@ -220,6 +228,7 @@ def _signal(args: argparse.Namespace) -> int:
 
 def _start(args: argparse.Namespace) -> int:
     value = validate.parse_json(args.input, "--input")
+    _telemetry_from_env()
     with _runtime(args) as rt:
         deployed = {d["name"] for d in rt.deployments()}
         hint = validate.did_you_mean(args.name, deployed)

@@ -17,7 +17,7 @@ from ..cli_parsing import Parser, checked
 from ..errors import CodeChanged, UnsafeDatabase
 from ..events import LOG_FORMATS, LOG_LEVELS, formatter, log
 from ..queues import served
-from ..telemetry import configure_from_env
+from ..telemetry_env import configure_from_env
 from ..worker import Worker
 from ..workflow import WorkflowDef, collect
 
@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cls = AsyncWorker if args.use_async or all(d.is_async for d in defs) else Worker
     try:
+        # before the worker: Worker() looks once whether a tracer provider is set
+        configure_from_env("interlock-worker")  # OTEL_* (docs/observability.md#configuring)
         worker = cls(
             args.dsn or local_postgres.dsn(),
             defs,
@@ -155,7 +157,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"interlock worker: {exc}", file=sys.stderr)
         return 2
-    configure_from_env()  # OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (docs/observability.md)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     try:

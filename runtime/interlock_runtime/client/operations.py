@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from .. import codec, db, timeouts, validate
+from .. import codec, db, telemetry, timeouts, validate
 from .. import queues as queueing
 from ..errors import InvalidInput, WorkflowConflict, WorkflowFinished, WorkflowNotFound
 from .connection import MAX_SEQ, TERMINAL, check_id, input_text
@@ -53,6 +53,7 @@ class WorkflowOperations(Results, Deployments):
         check_id(wf_id)
         return self._execute(db.query("effects_of_workflow"), {"wf": wf_id}).fetchall()
 
+    @telemetry.traced(telemetry.SIGNAL, kind="PRODUCER", attributes=telemetry.signal_attrs)
     def signal(self, wf_id: str, name: str, payload: Any = None, sender: str | None = None) -> int:
         """Deliver a durable signal and wake the workflow (one transaction). Returns its id.
 
