@@ -61,7 +61,10 @@ def register_deployment(conn: db.Conn, wf: WorkflowDef, allow_code_change: bool)
     conn.execute(db.query("register_deployment"), params)
     row = db.one(conn.execute(db.query("get_deployment"), params))
     if row["code_sha256"] != wf.code_sha256:
-        if not allow_code_change:
+        # recorded by a runtime before 0.2 (the whole module's hash) for this same code: the
+        # deployment moves to the workflow's own hash (docs/operations.md#code-hash)
+        same_code = row["code_sha256"] == wf.legacy_sha256
+        if not (same_code or allow_code_change):
             raise CodeChanged(wf.name, wf.version, row["code_sha256"], wf.code_sha256)
         conn.execute(db.query("replace_deployment_hash"), params)
     # runs started before any deployment served this name get their version now (queues.py)
