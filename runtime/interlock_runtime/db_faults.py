@@ -94,8 +94,11 @@ def is_denied(exc: BaseException) -> bool:
 
 
 def is_rolled_back(exc: BaseException) -> bool:
-    """Postgres rolled the transaction back and the connection is fine (SQLSTATE class 40)."""
-    return isinstance(exc, psycopg.errors.TransactionRollback)
+    """Postgres rolled the transaction back and the connection is fine: SQLSTATE class 40
+    (40001 serialization failure, 40P01 deadlock; psycopg's classes for them do not all
+    derive from TransactionRollback, so the SQLSTATE decides)."""
+    state = getattr(exc, "sqlstate", None) or ""
+    return isinstance(exc, psycopg.Error) and state.startswith("40")
 
 
 def is_lost(exc: BaseException, conn: psycopg.Connection[Any] | None) -> bool:
@@ -106,7 +109,9 @@ def is_lost(exc: BaseException, conn: psycopg.Connection[Any] | None) -> bool:
     if is_rolled_back(exc):
         return False
     state = getattr(exc, "sqlstate", None) or ""
-    return conn is None or conn.closed or conn.broken or state.startswith(("57P", "08"))
+    if conn is None:  # a failed connect carries no SQLSTATE; a session ended by the server does
+        return state in ("57P01", "57P02")
+    return conn.closed or conn.broken or state in ("57P01", "57P02") or state.startswith("08")
 
 
 def dead_while_idle(conn: psycopg.Connection[Any]) -> bool:
@@ -181,16 +186,21 @@ def shown(entry: str) -> str:
     return "Runtime(dsn)" if entry == "Runtime" else f"rt.{entry}"
 
 
+def _prefix(entry: str) -> str:
+    """What a message starts with: the method, or nothing for a verb (the CLI prints it)."""
+    return "" if entry.startswith("interlock ") else f"{shown(entry)}: "
+
+
 def conflict(exc: BaseException, entry: str) -> DatabaseConflict:
     return DatabaseConflict(
-        f"{shown(entry)}: Postgres rolled the transaction back ({one_line(exc)[:160]}); nothing of "
+        f"{_prefix(entry)}Postgres rolled the transaction back ({one_line(exc)[:160]}); nothing of "
         "it was written: run the call again"
     )
 
 
 def lost(exc: BaseException, entry: str, dsn: str) -> ConnectionLost:
     return ConnectionLost(
-        f"{shown(entry)}: the connection to Postgres at {db.address(dsn)} was lost while the call was "
+        f"{_prefix(entry)}the connection to Postgres at {db.address(dsn)} was lost while the call was "
         f"in flight ({one_line(exc)[:160]}), so whether it took effect is not known; look "
         "(rt.describe, `interlock describe`) before you repeat it"
     )
