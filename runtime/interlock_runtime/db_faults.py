@@ -31,7 +31,9 @@ from . import db
 from .errors import (
     ConnectionLost,
     DatabaseConflict,
+    DatabaseMissing,
     DatabaseUnreachable,
+    InvalidInput,
     PermissionDenied,
     one_line,
 )
@@ -53,6 +55,13 @@ through faults itself (docs/api.md#results)."""
 CALLER: ContextVar[str | None] = ContextVar("interlock_caller", default=None)
 """The entry a person used, when it is not the client method that met the fault: the CLI sets
 it to `interlock VERB`, so a refusal names the verb that needs another role."""
+
+RECONNECT_SECONDS = 10.0
+"""How long a client waits for its server to come back after it lost its connection (a
+restart or a failover takes seconds), before DatabaseUnreachable."""
+
+STAYS_DOWN = (DatabaseMissing, InvalidInput)
+"""Connection failures that waiting does not cure: no such database, a malformed DSN."""
 
 CONFLICT_TRIES = 3
 """Runs of a safe call whose transaction Postgres rolled back, before DatabaseConflict."""

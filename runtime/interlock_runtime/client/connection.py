@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from .. import db, db_faults, durability, end_notices, local_postgres, migrations, stored, validate
+from ..errors import DatabaseUnreachable
 from ..vocabulary import TERMINAL_STATUSES
 
 MAX_INPUT_BYTES = stored.MAX_JSON_BYTES
@@ -84,6 +85,7 @@ class ClientConnection:
         self.dsn = dsn or local_postgres.dsn()
         self._lock = threading.Lock()
         self._can_mark = True  # false once the role may not mark a run awaited (read only)
+        self._down = False  # the last reconnect failed: the next one does not wait
         for attempt in (1, 2):  # a connection lost under the checks is made again once
             self._conn = db.connect_explained(self.dsn)
             try:
@@ -112,7 +114,8 @@ class ClientConnection:
             try:
                 return run()
             except psycopg.Error as exc:
-                if safe and not lost_once and db_faults.is_lost(exc, self._conn):
+                lost = db_faults.is_lost(exc, self._conn)
+                if safe and not lost_once and lost and not isinstance(exc, DatabaseUnreachable):
                     lost_once = True  # made again at the next statement (_live)
                     continue
                 if (
@@ -144,8 +147,26 @@ class ClientConnection:
         multi-host DSN the new one reaches the new primary). Call with self._lock held."""
         if db_faults.dead_while_idle(self._conn):  # nothing sent yet: safe for any call
             self._conn.close()
-            self._conn = db.connect_explained(self.dsn)
+            self._reconnect()
         return self._conn
+
+    def _reconnect(self) -> None:
+        """Connect again. The first time after a connection was lost it waits up to
+        db_faults.RECONNECT_SECONDS for a server that is restarting or failing over; while
+        the server stays down, each call tries once (DatabaseUnreachable, fast)."""
+        deadline = time.monotonic() + (0 if self._down else db_faults.RECONNECT_SECONDS)
+        while True:
+            try:
+                self._conn = db.connect_explained(self.dsn)
+                self._down = False
+                return
+            except db_faults.STAYS_DOWN:
+                raise
+            except DatabaseUnreachable:
+                if time.monotonic() >= deadline:
+                    self._down = True
+                    raise
+                time.sleep(0.2)
 
     def _execute(self, sql: str, params: dict[str, Any] | None = None) -> psycopg.Cursor[db.Row]:
         with self._lock:
@@ -160,6 +181,8 @@ class ClientConnection:
             try:
                 conn = self._live()
                 stack.enter_context(conn.transaction())
+            except DatabaseUnreachable:  # _live tried (and waited) already
+                raise
             except psycopg.OperationalError:
                 self._conn.close()
                 conn = self._live()
