@@ -693,6 +693,10 @@ FAULT_VERBS = ["list", "describe", "query", "result", "start", "signal", "cancel
                "migrate", "drain-report", "receipt", "reconcile", "revoke", "approve",
                "breaker list", "breaker reset", "watchdog", "queue set", "queue list",
                "schedule create", "schedule list"]  # fmt: skip
+GOES_ON = {"list", "describe", "query", "start", "cancel", "migrate", "drain-report", "receipt",
+           "breaker list", "breaker reset", "schedule list"}  # fmt: skip
+"""Verbs whose client call is safe to repeat (db_faults.SAFE_TO_REPEAT): struck by a fault, they
+reconnect and go on (exit 0, or 1 for a refusal), never exit 2."""
 FAULT_APP = "ilr-fuzz-fault"
 
 
@@ -765,6 +769,8 @@ def test_fuzz_cli_faults(dsn, capsys) -> None:
         if os.environ.get("ILR_FUZZ_VERBOSE"):
             print(fault, argv, proc.returncode, err.decode("utf-8", "replace").strip()[:300])
         _check_refusal(fig, [fault, *argv], done, changed)
+        if pid is not None and verb in GOES_ON:
+            assert proc.returncode in (0, 1), (fault, argv, proc.returncode, err[-1000:])
 
     check()
     with capsys.disabled():
