@@ -81,7 +81,7 @@ def test_approve_under_the_worker_role_is_one_line_naming_the_role(dsn, conn, ro
 @pytest.mark.parametrize("argv", [["signal", "w1", "go"], ["cancel", "w1"],
                                   ["revoke", "g1", "--by", "ann"], ["start", "echo", "w2"],
                                   ["breaker", "reset", "t"], ["queue", "set", "q", "--concurrency", "1"],
-                                  ["operator", "disable", "bob"], ["roles"]])  # fmt: skip
+                                  ["operator", "disable", "bob"], ["roles"], ["worker", "--module", "flows"]])  # fmt: skip
 def test_auditor_writes_are_refused_on_one_line(dsn, conn, roles, argv) -> None:
     before = _snapshot(conn)
     proc = cli(*argv, dsn=roles["auditor"])
