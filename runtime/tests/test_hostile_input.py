@@ -4,6 +4,7 @@ InvalidInput (a clear message) and nothing is written. Never another exception."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -687,6 +688,95 @@ def test_fuzz_cli_roles(dsn) -> None:
         for verb in verbs:  # every refusal the roles promise, in every run
             check = example(role=role, verb=verb)(check)
     check()
+
+
+API_CALLS = {
+    "ambiguous": lambda rt: rt.ambiguous(), "approve": lambda rt: rt.approve("w1", {}, by="ann"),
+    "breakers": lambda rt: rt.breakers(), "cancel": lambda rt: rt.cancel("w2", by="ann"),
+    "claim_history": lambda rt: rt.claim_history("w1"),
+    "create_schedule": lambda rt: rt.create_schedule("s-api", "echo", every=300),
+    "delete_schedule": lambda rt: rt.delete_schedule("s-api"),
+    "deployments": lambda rt: rt.deployments(), "describe": lambda rt: rt.describe("w1"),
+    "describe_queue": lambda rt: rt.describe_queue("default"),
+    "describe_schedule": lambda rt: rt.describe_schedule("s-api"),
+    "drain_report": lambda rt: rt.drain_report(), "effects": lambda rt: rt.effects("w1"),
+    "fork": lambda rt: rt.fork("w1", 1, "w-fork"),
+    "grant": lambda rt: rt.grant("agent", "refund", by="ann"), "list": lambda rt: rt.list(),
+    "migrate": lambda rt: rt.migrate("w1", "1"),
+    "pause_schedule": lambda rt: rt.pause_schedule("s-api"), "query": lambda rt: rt.query("w1"),
+    "queue": lambda rt: rt.queue("q1", concurrency=2), "queues": lambda rt: rt.queues(),
+    "receipt": lambda rt: rt.receipt("eff_x"),
+    "reconcile": lambda rt: rt.reconcile("eff_x", "seen", by="ann"),
+    "recover_orphans": lambda rt: rt.recover_orphans({}),
+    "register": lambda rt: rt.register(flows.echo), "reset_breaker": lambda rt: rt.reset_breaker("t"),
+    "result": lambda rt: rt.result("w1", timeout=0), "result_now": lambda rt: rt.result_now("w1"),
+    "resume_schedule": lambda rt: rt.resume_schedule("s-api"),
+    "revoke": lambda rt: rt.revoke("g1", by="ann"), "schedules": lambda rt: rt.schedules(),
+    "signal": lambda rt: rt.signal("w1", "go"), "start": lambda rt: rt.start("echo", "w-api"),
+    "status_record": lambda rt: rt.status_record("w1"),
+    "trigger_schedule": lambda rt: rt.trigger_schedule("s-api"),
+}  # fmt: skip
+"""A call of each public method of Runtime that reaches the database (handle reads nothing)."""
+API_DENIED = {"approve": {"worker", "auditor"}, "signal": {"worker", "auditor"},
+              "revoke": {"worker", "auditor"}, "grant": {"worker", "auditor"},
+              "queue": {"worker", "auditor"}, "start": {"auditor"}, "register": {"auditor"},
+              "create_schedule": {"worker", "auditor"}}  # fmt: skip
+
+
+def test_fuzz_api_roles(dsn) -> None:
+    """Each role x each public method, through Runtime and AsyncRuntime, seeded: a refusal is a
+    documented InterlockError (or result's TimeoutError) on one line and changes no row."""
+    from interlock_runtime import AsyncRuntime, InterlockError
+    from interlock_runtime.errors import PermissionDenied
+
+    fig = _figures("api roles")
+    _seed_database(dsn)
+    dsns = _role_database(dsn)
+    clients = {role: Runtime(d) for role, d in dsns.items()}
+
+    def via_async(role: str, call):
+        async def main() -> None:
+            async with AsyncRuntime(dsns[role]) as art:
+                await asyncio.to_thread(call, await art.runtime())
+                await art.list()
+
+        asyncio.run(main())
+
+    @seed(FUZZ_SEED)
+    @settings(max_examples=FUZZ_ROLES, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(role=st.sampled_from(sorted(ROLE_LOGINS)), method=st.sampled_from(sorted(API_CALLS)),
+           client=st.sampled_from(["sync", "async"]))  # fmt: skip
+    def check(role: str, method: str, client: str) -> None:
+        call = API_CALLS[method]
+        with db.connect(dsn) as conn:
+            before = _snapshot(conn)
+            if client == "sync":
+                done, exc = _within(_time_limit(), lambda: call(clients[role]))
+            else:
+                done, exc = _within(_time_limit(), lambda: via_async(role, call))
+            changed = _changed(before, _snapshot(conn))
+        fig["cases"] += 1
+        fig["hangs"] += not done
+        assert done, (role, method, client, "hung")
+        documented = exc is None or isinstance(exc, InterlockError | TimeoutError)
+        fig["tracebacks"] += not documented
+        assert documented, (role, method, client, repr(exc))
+        if exc is not None:
+            fig["refused"] += 1
+            fig["changed rows"] += changed
+            assert "\n" not in str(exc) and changed == 0, (role, method, str(exc), changed)
+        if role in API_DENIED.get(method, ()):
+            assert isinstance(exc, PermissionDenied), (role, method, repr(exc))
+            assert f"'{ROLE_LOGINS[role]}'" in str(exc) and f"rt.{method} needs" in str(exc)
+
+    try:
+        for method, roles in sorted(API_DENIED.items()):
+            for role in sorted(roles):
+                check = example(role=role, method=method, client="sync")(check)
+        check()
+    finally:
+        for rt in clients.values():
+            rt.close()
 
 
 FAULT_VERBS = ["list", "describe", "query", "result", "start", "signal", "cancel", "fork",
