@@ -132,11 +132,13 @@ def explain(dsn: str, exc: psycopg.Error) -> InvalidInput | DatabaseUnreachable:
         return InvalidInput(f"the DSN is not valid ({_one_line(exc)}); give --dsn or ILR_DSN as "
                             "postgresql://USER@HOST:PORT/DBNAME or 'host=... port=... dbname=...'")  # fmt: skip
     if _missing_database(exc):
+        server, name = address(dsn).rsplit("/", 1)[0], _dbname(dsn)
+        host, _, port = server.rpartition(":")
         return DatabaseMissing(
-            f"Postgres at {address(dsn).rsplit('/', 1)[0]} answers, but it has no database "
-            f"{_dbname(dsn)!r} ({_one_line(exc)}). Create it (`createdb -h HOST -p PORT "
-            f"{_dbname(dsn)}` with an admin login; `interlock pg start` makes the project's "
-            "own cluster's `ilr`), or give a DSN (--dsn or ILR_DSN) that names an existing one"
+            f"Postgres at {server} answers, but it has no database {name!r} ({_one_line(exc)}). "
+            f"Create it (`createdb -h {host} -p {port} -U ADMIN {name}`, then `interlock db "
+            "upgrade` makes the schema; `interlock pg start` makes the project's own cluster's "
+            "`ilr`), or give a DSN (--dsn or ILR_DSN) that names an existing database"
         )
     return DatabaseUnreachable(
         f"cannot reach Postgres at {address(dsn)}: {_one_line(exc)}. Check that the server "
