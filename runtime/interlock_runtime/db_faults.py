@@ -44,13 +44,14 @@ SAFE_TO_REPEAT = frozenset({
     "describe_schedule", "drain_report", "effects", "list", "query", "queues", "receipt",
     "result_now", "schedules", "status_record",
     # writes whose second run answers as the first did (idempotent on their arguments)
-    "start", "register", "cancel", "migrate", "reset_breaker", "queue", "create_schedule",
+    "start", "register", "migrate", "reset_breaker", "queue", "create_schedule",
     "pause_schedule", "resume_schedule",
 })  # fmt: skip
 """Client methods repeated after a lost connection or a rolled-back transaction. The others
-(signal, approve, grant, revoke, reconcile, fork, delete_schedule, trigger_schedule,
-recover_orphans) would write twice or answer differently the second time; result() rides
-through faults itself (docs/api.md#results)."""
+(signal, approve, grant, revoke, reconcile, fork, cancel, delete_schedule, trigger_schedule,
+recover_orphans) would write twice or answer differently the second time (a cancel that
+committed ends a run no worker served, so its repeat would say it had already ended);
+result() rides through faults itself (docs/api.md#results)."""
 
 CALLER: ContextVar[str | None] = ContextVar("interlock_caller", default=None)
 """The entry a person used, when it is not the client method that met the fault: the CLI sets
@@ -70,7 +71,7 @@ _ANY = "any of ilr_auditor, ilr_operator, ilr_worker"
 _OPERATOR = "ilr_operator"
 _OWNER = "the schema's owner (an admin DSN)"
 NEEDS: dict[str, str] = {
-    **{m: _ANY for m in SAFE_TO_REPEAT - {"start", "register", "cancel", "migrate",
+    **{m: _ANY for m in SAFE_TO_REPEAT - {"start", "register", "migrate",
                                           "reset_breaker", "queue", "create_schedule",
                                           "pause_schedule", "resume_schedule"}},
     "result": _ANY,
@@ -88,7 +89,8 @@ NEEDS: dict[str, str] = {
     "interlock breaker": "ilr_operator (reset; list: " + _ANY + ")",
     "interlock db": _OWNER + " (upgrade; status: " + _ANY + ")",
     "interlock migrate": "ilr_operator (a workflow; --schema: " + _OWNER + ")",
-    "interlock roles": _OWNER, "interlock operator": _OWNER,
+    "interlock roles": _OWNER,
+    "interlock operator": _OWNER + " (add, disable; list: ilr_auditor or ilr_operator)",
     "interlock queue": "ilr_operator (set; list, describe: " + _ANY + ")",
     "interlock schedule": "ilr_operator (list, describe: " + _ANY + ")",
     "interlock console": _OPERATOR, "interlock worker": "ilr_worker",

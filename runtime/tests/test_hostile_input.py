@@ -783,7 +783,7 @@ FAULT_VERBS = ["list", "describe", "query", "result", "start", "signal", "cancel
                "migrate", "drain-report", "receipt", "reconcile", "revoke", "approve",
                "breaker list", "breaker reset", "watchdog", "queue set", "queue list",
                "schedule create", "schedule list"]  # fmt: skip
-GOES_ON = {"list", "describe", "query", "start", "cancel", "migrate", "drain-report", "receipt",
+GOES_ON = {"list", "describe", "query", "start", "migrate", "drain-report", "receipt",
            "breaker list", "breaker reset", "schedule list"}  # fmt: skip
 """Verbs whose client call is safe to repeat (db_faults.SAFE_TO_REPEAT): struck by a fault, they
 reconnect and go on (exit 0, or 1 for a refusal), never exit 2."""
