@@ -286,3 +286,25 @@ def test_a_restart_under_long_lived_clients_is_ridden_through(dsn, roles) -> Non
             assert (await art.describe("w1"))["id"] == "w1"
 
     asyncio.run(main())
+
+
+# -- every entry is classified (no database) ------------------------------------------------
+
+
+def test_every_entry_has_a_role_and_a_documented_repeat_rule() -> None:
+    """A new client method or verb must say who may call it (db_faults.NEEDS), and
+    docs/errors.md must say whether it is repeated after a fault."""
+    from interlock_runtime import db_faults
+    from interlock_runtime.cli import build_parser
+
+    methods = {n for n in dir(Runtime) if not n.startswith("_") and callable(getattr(Runtime, n))}
+    methods -= {"handle", "close"}  # read nothing
+    assert methods - db_faults.NEEDS.keys() == set()
+    doc = (TESTS.parents[1] / "docs" / "errors.md").read_text()
+    section = doc.split("## Database faults", 1)[1].split("\n## ", 1)[0]
+    undocumented = {m for m in methods if f"`{m}`" not in section and m != "result"}
+    assert undocumented == set(), "say in docs/errors.md whether these are repeated"
+    assert db_faults.SAFE_TO_REPEAT <= methods
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    verbs = set(sub.choices) - {"pg", "keygen", "verify"}  # no database
+    assert {v for v in verbs if f"interlock {v}" not in db_faults.NEEDS} == set()
