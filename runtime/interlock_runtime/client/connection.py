@@ -132,7 +132,8 @@ class ClientConnection:
                     conflicts += 1
                     time.sleep(0.01 * 2**conflicts)  # let the other transaction finish
                     continue
-                fault = db_faults.answer(exc, entry, self.dsn, self._conn)
+                with self._lock:  # answer may read the login's roles on the connection
+                    fault = db_faults.answer(exc, entry, self.dsn, self._conn)
                 if fault is exc:
                     raise
                 raise fault from None
