@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from .. import local_postgres, validate
 from .. import queues as queueing
 from ..cli_parsing import Parser, checked
-from ..errors import DatabaseUnreachable, InterlockError, InvalidInput
+from ..errors import ENVIRONMENT_ERRORS, InterlockError, InvalidInput
 from ..vocabulary import WorkflowStatus
 
 if TYPE_CHECKING:
@@ -696,20 +696,23 @@ def run(command: str, dsn: Callable[[], str], body: Callable[[], int]) -> int:
     line and exit 1; a closed stdout pipe ends quietly; never a traceback for any of these."""
     import psycopg
 
-    from .. import db
+    from .. import db, db_faults
 
+    caller = db_faults.CALLER.set(f"interlock {command}")  # a refusal names the verb
     try:
         return body()
-    except (InvalidInput, DatabaseUnreachable) as exc:
+    except ENVIRONMENT_ERRORS as exc:  # bad input, no database, a role without the privilege
         print(f"interlock {command}: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    except psycopg.OperationalError as exc:  # the connection was lost during the command
-        print(f"interlock {command}: {db.explain(dsn(), exc)}", file=sys.stderr)
         return 2
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
         print(f"interlock {command}: the database at {db.address(dsn())} has no Interlock schema "
               f"({' '.join(str(exc).split())[:120]}); run `interlock db upgrade --dsn ...` or "
               "check the DSN", file=sys.stderr)  # fmt: skip
+        return 2
+    except psycopg.Error as exc:  # a verb's own connection: docs/errors.md#database-faults
+        fault = db_faults.answer(exc, f"interlock {command}", dsn())
+        text = str(fault) if fault is not exc else f"the database refused the command: {exc}"
+        print(f"interlock {command}: {' '.join(text.split())}", file=sys.stderr)
         return 2
     except InterlockError as exc:
         print(f"interlock {command}: {exc}", file=sys.stderr)
@@ -720,6 +723,8 @@ def run(command: str, dsn: Callable[[], str], body: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(f"interlock {command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        db_faults.CALLER.reset(caller)
 
 
 def main(argv: list[str] | None = None) -> int:
