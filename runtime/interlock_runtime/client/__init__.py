@@ -15,11 +15,12 @@ message, and an unreachable database is DatabaseUnreachable naming the address.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from .. import codec, db, telemetry, timeouts, validate
+from .. import codec, db, input_schema, telemetry, timeouts, validate
 from .. import queues as queueing
 from ..errors import UnknownWorkflow, WorkflowConflict
 from ..vocabulary import WorkflowStatus
@@ -76,11 +77,20 @@ class Client(WorkflowOperations):
         check_id(wf_id)
         execution_timeout = timeouts.check_seconds(execution_timeout, "execution_timeout")
         version = validate.optional_name(version, "version")
-        text = input_text(codec.encode(input, "workflow input"))
+        encoded = codec.encode(input, "workflow input")
+        text = input_text(encoded)
+        # The input's check at the door (docs/typed.md#checked-at-the-door): against the class
+        # here, before any round trip, when the function is at hand and its version is the one
+        # started; else against the deployment's stored description, in the start's transaction.
+        checked = False
         if isinstance(workflow, str):
             name = validate.name(workflow, "workflow name")
         else:
             wf = definition(workflow)
+            if version is None or version == wf.version:
+                what = f"rt.start({wf.name!r}, {wf_id!r})"
+                input_schema.check_local(codec.input_hint(wf.fn), encoded, what)
+                checked = True
             self.register(wf)
             name, version = wf.name, version or wf.version
         # Queues and starts before a worker exists: docs/queues.md. A name no deployment serves
@@ -89,7 +99,7 @@ class Client(WorkflowOperations):
                 "priority": queueing.priority(priority),
                 "queue_key": validate.optional_name(queue_key, "queue_key"),
                 "dedup_id": validate.optional_name(dedup_id, "dedup_id")}  # fmt: skip
-        if execution_timeout is None and self._start_served(wf_id, name, version, opts):
+        if execution_timeout is None and self._start_served(wf_id, name, version, opts, checked):
             return wf_id
         try:
             resolved: str | None = self._resolve_version(name, version)
@@ -98,8 +108,9 @@ class Client(WorkflowOperations):
                 raise
             resolved = None
         with self._transaction() as conn:
+            door = None if checked else _described_check(name, wf_id, encoded)
             inserted, _ = queueing.start_in(conn, wf_id=wf_id, version=resolved,
-                                            wanted_version=version, **opts)  # fmt: skip
+                                            wanted_version=version, check=door, **opts)  # fmt: skip
             if inserted:
                 if execution_timeout is not None:  # same transaction: now() is the start's
                     timeouts.set_deadline(conn, wf_id, execution_timeout)
@@ -123,7 +134,7 @@ class Client(WorkflowOperations):
         )
 
     def _start_served(self, wf_id: str, name: str, version: str | None,
-                      opts: dict[str, Any]) -> bool:  # fmt: skip
+                      opts: dict[str, Any], checked: bool) -> bool:  # fmt: skip
         """The usual start in one statement and one round trip (queues.start_served). False:
         nothing written, or not known to be; the general form that follows finds out (a start
         is idempotent on its id, so a statement lost with its connection is safe to repeat)."""
@@ -131,7 +142,8 @@ class Client(WorkflowOperations):
         try:
             with self._lock:
                 inserted = queueing.start_served(self._live(), wf_id=wf_id, wanted_version=version,
-                                                 traceparent=parent, **opts)  # fmt: skip
+                                                 traceparent=parent, input_checked=checked,
+                                                 **opts)  # fmt: skip
         except psycopg.OperationalError:
             return False
         if inserted:
@@ -147,3 +159,17 @@ class Client(WorkflowOperations):
                   "version": validate.optional_name(version, "version"),
                   "limit": validate.count(limit, "limit", high=MAX_LIST_LIMIT)}  # fmt: skip
         return self._execute(db.query("list_workflows"), params).fetchall()
+
+
+def _described_check(name: str, wf_id: str, encoded: Any) -> Callable[[db.Conn, str], None]:
+    """The check of a start by name: the input against the stored description of the
+    deployment it starts against (none stored, e.g. an older worker's: nothing to check)."""
+
+    def check(conn: db.Conn, version: str) -> None:
+        row = conn.execute(db.query("deployment_input_schema"),
+                           {"name": name, "version": version}).fetchone()  # fmt: skip
+        if row is not None and row["input_schema"] is not None:
+            what = f"start of {name}@{version} as {wf_id!r}"
+            input_schema.check(row["input_schema"], input_schema.plain(encoded), what)
+
+    return check

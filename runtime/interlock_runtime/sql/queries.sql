@@ -267,6 +267,18 @@ on conflict (name, version) do nothing;
 select name, version, code_sha256, created_at, retired_at
   from ilr.deployments where name = %(name)s and version = %(version)s;
 
+-- name: set_deployment_input_schema
+-- The description of the workflow's declared input type (docs/typed.md#checked-at-the-door), as
+-- the registering worker derives it; written only when it differs (a worker's restart writes
+-- nothing).
+update ilr.deployments set input_schema = %(input_schema)s
+ where name = %(name)s and version = %(version)s
+   and input_schema is distinct from %(input_schema)s::jsonb;
+
+-- name: deployment_input_schema
+-- What a start by name checks its input against, read in the start's own transaction.
+select input_schema from ilr.deployments where name = %(name)s and version = %(version)s;
+
 -- name: replace_deployment_hash
 update ilr.deployments set code_sha256 = %(sha)s where name = %(name)s and version = %(version)s;
 
