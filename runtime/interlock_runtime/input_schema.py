@@ -167,7 +167,7 @@ def plain(encoded: Any) -> Any:
     """The plain JSON document an encoded value (codec.encode) stands for: each typed part as
     the document `interlock start --input` would give for it (a dataclass's fields, a model's
     dump, a datetime's ISO text, an Enum's value)."""
-    if isinstance(encoded, list):
+    if isinstance(encoded, (list, tuple)):  # a tuple is a JSON array, as it is recorded
         return [plain(v) for v in encoded]
     if not isinstance(encoded, dict):
         return encoded

@@ -81,3 +81,24 @@ def profile(ctx, author: Author) -> str:
 @workflow(name="untyped", version="1")
 def untyped(ctx, payload) -> object:
     return payload
+
+
+@dataclasses.dataclass
+class Thread:
+    """A class that holds itself: its description refers to itself."""
+
+    text: str
+    replies: list[Thread] = dataclasses.field(default_factory=list)
+
+
+class Node(pydantic.BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+@dataclasses.dataclass
+class Mixed:
+    """A model inside a dataclass, and a dataclass of the same short name as a model's."""
+
+    node: Node
+    thread: Thread | None = None

@@ -234,6 +234,7 @@ def test_the_function_checks_typed_values_and_the_models_own_validators(dsn, con
         rt.start(df.announce, "t-3", df.Topic("a-1", "news"))
         rt.start(df.profile, "t-4", df.Author(name="ann", age=41))
         rt.start(df.publish, "t-5", POST)
+        rt.start(df.publish, "t-6", {**POST, "span": (1, 2), "topic": {"tags": ("a",)}})
     _nothing_written(conn, "t-1")
     _nothing_written(conn, "t-2")
 
@@ -363,3 +364,39 @@ def test_the_new_users_case_end_to_end_with_a_worker(dsn, conn, workers) -> None
     with Runtime(dsn) as rt:
         assert rt.result("news-2", timeout=30) == "7: a"
     w.close()
+
+
+# -- the description and its check alone (no database) ---------------------------------------
+
+
+def _refusal(hint: Any, value: Any) -> str | None:
+    from interlock_runtime import input_schema
+
+    try:
+        input_schema.check_local(hint, codec.encode(value), "w")
+    except InvalidInput as exc:
+        return str(exc)
+    return None
+
+
+def test_self_referring_and_mixed_types_are_described_and_checked() -> None:
+    deep = df.Thread("a", [df.Thread("b", [df.Thread("c")])])
+    assert _refusal(df.Thread, deep) is None
+    bad = {"text": "a", "replies": [{"text": "b", "replies": [{"text": 3}]}]}
+    assert "replies[0].replies[0].text: expected str, got int" in (_refusal(df.Thread, bad) or "")
+    node = {"name": "r", "children": [{"name": "c", "children": [{"name": None}]}]}
+    assert "node.children[0].children[0].name: expected str, got None" in (
+        _refusal(df.Mixed, {"node": node}) or ""
+    )
+    assert _refusal(df.Mixed, df.Mixed(df.Node(name="r"), df.Thread("t"))) is None
+    assert _refusal(df.Post, {**POST, "span": (1, 2)}) is None  # a tuple is a JSON array
+
+
+def test_a_stored_description_that_is_not_one_is_not_obeyed_blindly() -> None:
+    from interlock_runtime import input_schema
+
+    loop = {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}
+    with pytest.raises(InvalidInput, match="malformed"):
+        input_schema.check(loop, {}, "w")
+    for junk in ([1], "x", None, {"type": 7}, {"properties": [1]}, {"anyOf": "x"}):
+        input_schema.check(junk, {"a": 1}, "w")  # nothing it knows: nothing refused
