@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import functools
+import json
 import operator
 import re
 import types
@@ -49,13 +51,26 @@ _FORMATS: dict[Any, str] = {dt.datetime: "date-time", dt.date: "date", dt.time: 
 
 def describe(hint: Any) -> Description | None:
     """The description of a declared input type, or None when nothing is checked at the door:
-    no annotation, or one that is not a dataclass or a pydantic model (Optional of one too)."""
+    no annotation, or one that is not a dataclass or a pydantic model (Optional of one too).
+    Made once per type (a start with the function describes it each time)."""
+    try:
+        return _described(hint)
+    except TypeError:  # an unhashable annotation: described each time
+        return _described.__wrapped__(hint)
+
+
+@functools.lru_cache(maxsize=1024)
+def _described(hint: Any) -> Description | None:
     core = [a for a in _union_args(hint) if a is not type(None)]
     if len(core) != 1 or not (_is_dataclass(core[0]) or is_model_class(core[0])):
         return None
     defs: dict[str, Description] = {}
     root = _Describer(defs).of(hint)
-    return {**root, "$defs": defs} if defs else root
+    try:  # as it comes back from jsonb, so that a registration compares like with like
+        described: Description = json.loads(json.dumps({**root, "$defs": defs} if defs else root))
+    except (TypeError, ValueError):  # a model's schema holding a non-JSON default
+        return None
+    return described
 
 
 def _union_args(hint: Any) -> tuple[Any, ...]:

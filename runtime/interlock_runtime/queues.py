@@ -183,15 +183,16 @@ def start_in(conn: db.Conn, *, wf_id: str, name: str, version: str | None,
 def start_served(conn: db.Conn, *, wf_id: str, name: str, wanted_version: str | None,
                  input_text: str, queue: str, priority: int, queue_key: str | None,
                  dedup_id: str | None, traceparent: str | None,
-                 input_checked: bool = False) -> bool:  # fmt: skip
+                 input_checked: bool = False, schema_md5: str | None = None) -> bool:  # fmt: skip
     """rt.start's usual case as one autocommit statement (sql start_served): a deployed
     version, a new id. True when it inserted the run; False when it wrote nothing (no
     deployment serves the name, the id is taken, the dedup id is held, or the deployment
-    describes its input type and the caller did not check the input against the class): the
-    caller then takes the general form, start_in in a transaction, which handles each of
-    those."""
+    describes its input type and the input was checked neither against the class
+    (input_checked) nor against that very description (schema_md5, its md5)): the caller then
+    takes the general form, start_in in a transaction, which handles each of those."""
     params = {**_row(wf_id, name, wanted_version, input_text, queue, priority, queue_key,
-                     dedup_id), "traceparent": traceparent, "input_checked": input_checked}  # fmt: skip
+                     dedup_id), "traceparent": traceparent, "input_checked": input_checked,
+              "schema_md5": schema_md5}  # fmt: skip
     try:
         row = db.one(conn.execute(db.query("start_served"), params))
     except psycopg.errors.UniqueViolation:  # a held dedup id; autocommit: nothing is left open

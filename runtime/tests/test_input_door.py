@@ -400,3 +400,34 @@ def test_a_stored_description_that_is_not_one_is_not_obeyed_blindly() -> None:
         input_schema.check(loop, {}, "w")
     for junk in ([1], "x", None, {"type": 7}, {"properties": [1]}, {"anyOf": "x"}):
         input_schema.check(junk, {"a": 1}, "w")  # nothing it knows: nothing refused
+
+
+def test_a_typed_start_by_name_is_one_round_trip_once_its_description_is_known(
+    deployed, conn, tmp_path
+) -> None:
+    """The first start by name reads the description in its transaction; the next ones check
+    against it and send its md5 with the one-statement start, which inserts only if the
+    deployment still holds it. A description changed since is read again, both ways."""
+    from psycopg import pq
+
+    with Runtime(deployed) as rt:
+        rt.start("announce", "r-0", {"id": "a", "topic": "t"})
+        trace = tmp_path / "start.trace"
+        with open(trace, "w") as f:
+            rt._conn.pgconn.trace(f.fileno())
+            rt._conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+            rt.start("announce", "r-1", {"id": "b", "topic": "t"})
+            rt._conn.pgconn.untrace()
+        ready = [line for line in trace.read_text().splitlines() if "\tReadyForQuery" in line]
+        assert len(ready) == 1, trace.read_text()
+        # The deployment's description changes under the client: `id` becomes an int.
+        conn.execute("""update ilr.deployments set input_schema = jsonb_set(input_schema,
+                        '{$defs,door_flows:Topic,properties,id}', '{"type": "integer"}')
+                        where name = 'announce'""")  # fmt: skip
+        with pytest.raises(InvalidInput, match="id: expected int, got str"):
+            rt.start("announce", "r-2", {"id": "c", "topic": "t"})  # remembered: a str fits
+        _nothing_written(conn, "r-2")
+        rt.start("announce", "r-3", {"id": 3, "topic": "t"})  # remembered: an int is refused
+    statuses = conn.execute("select id, status from ilr.workflows order by id").fetchall()
+    assert [(r["id"], r["status"]) for r in statuses] == [
+        ("r-0", "pending"), ("r-1", "pending"), ("r-3", "pending")]  # fmt: skip

@@ -15,23 +15,29 @@ message, and an unreachable database is DatabaseUnreachable naming the address.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+import functools
 from typing import Any
 
 import psycopg
 
-from .. import codec, db, input_schema, telemetry, timeouts, validate
+from .. import codec, db, telemetry, timeouts, validate
 from .. import queues as queueing
 from ..errors import UnknownWorkflow, WorkflowConflict
 from ..vocabulary import WorkflowStatus
 from ..workflow import definition
 from .connection import MAX_LIST_LIMIT, check_id, input_text
 from .handles import WorkflowHandle
+from .input_door import InputDoor
 from .operations import WorkflowOperations
 
 
 class Client(WorkflowOperations):
     """Start and list workflows; `handle(wf_id)` for one workflow's operations."""
+
+    @functools.cached_property
+    def _door(self) -> InputDoor:
+        """The check of start inputs at the door, and the descriptions last read."""
+        return InputDoor()
 
     def handle(self, wf_id: str) -> WorkflowHandle:
         """The handle of workflow `wf_id`: its operations without the id (h.result(),
@@ -88,8 +94,7 @@ class Client(WorkflowOperations):
         else:
             wf = definition(workflow)
             if version is None or version == wf.version:
-                what = f"rt.start({wf.name!r}, {wf_id!r})"
-                input_schema.check_local(codec.input_hint(wf.fn), encoded, what)
+                self._door.check_local(wf, wf_id, encoded)
                 checked = True
             self.register(wf)
             name, version = wf.name, version or wf.version
@@ -99,7 +104,9 @@ class Client(WorkflowOperations):
                 "priority": queueing.priority(priority),
                 "queue_key": validate.optional_name(queue_key, "queue_key"),
                 "dedup_id": validate.optional_name(dedup_id, "dedup_id")}  # fmt: skip
-        if execution_timeout is None and self._start_served(wf_id, name, version, opts, checked):
+        schema_md5 = None if checked else self._door.remembered(name, version, encoded)
+        if execution_timeout is None and self._start_served(wf_id, name, version, opts, checked,
+                                                            schema_md5):  # fmt: skip
             return wf_id
         try:
             resolved: str | None = self._resolve_version(name, version)
@@ -108,7 +115,7 @@ class Client(WorkflowOperations):
                 raise
             resolved = None
         with self._transaction() as conn:
-            door = None if checked else _described_check(name, wf_id, encoded)
+            door = None if checked else self._door.in_transaction(name, version, wf_id, encoded)
             inserted, _ = queueing.start_in(conn, wf_id=wf_id, version=resolved,
                                             wanted_version=version, check=door, **opts)  # fmt: skip
             if inserted:
@@ -134,7 +141,8 @@ class Client(WorkflowOperations):
         )
 
     def _start_served(self, wf_id: str, name: str, version: str | None,
-                      opts: dict[str, Any], checked: bool) -> bool:  # fmt: skip
+                      opts: dict[str, Any], checked: bool,
+                      schema_md5: str | None) -> bool:  # fmt: skip
         """The usual start in one statement and one round trip (queues.start_served). False:
         nothing written, or not known to be; the general form that follows finds out (a start
         is idempotent on its id, so a statement lost with its connection is safe to repeat)."""
@@ -143,7 +151,7 @@ class Client(WorkflowOperations):
             with self._lock:
                 inserted = queueing.start_served(self._live(), wf_id=wf_id, wanted_version=version,
                                                  traceparent=parent, input_checked=checked,
-                                                 **opts)  # fmt: skip
+                                                 schema_md5=schema_md5, **opts)  # fmt: skip
         except psycopg.OperationalError:
             return False
         if inserted:
@@ -159,17 +167,3 @@ class Client(WorkflowOperations):
                   "version": validate.optional_name(version, "version"),
                   "limit": validate.count(limit, "limit", high=MAX_LIST_LIMIT)}  # fmt: skip
         return self._execute(db.query("list_workflows"), params).fetchall()
-
-
-def _described_check(name: str, wf_id: str, encoded: Any) -> Callable[[db.Conn, str], None]:
-    """The check of a start by name: the input against the stored description of the
-    deployment it starts against (none stored, e.g. an older worker's: nothing to check)."""
-
-    def check(conn: db.Conn, version: str) -> None:
-        row = conn.execute(db.query("deployment_input_schema"),
-                           {"name": name, "version": version}).fetchone()  # fmt: skip
-        if row is not None and row["input_schema"] is not None:
-            what = f"start of {name}@{version} as {wf_id!r}"
-            input_schema.check(row["input_schema"], input_schema.plain(encoded), what)
-
-    return check

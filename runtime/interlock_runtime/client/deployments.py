@@ -57,15 +57,16 @@ def register_deployment(conn: db.Conn, wf: WorkflowDef, allow_code_change: bool)
     """Upsert (name, version, code_sha256) inside the caller's transaction (docs/design.md#durable-replay),
     and the description of the workflow's declared input type, which a start by name checks
     its input against (docs/typed.md#checked-at-the-door)."""
-    params = {"name": wf.name, "version": wf.version, "sha": wf.code_sha256}
+    description = input_schema.describe(codec.input_hint(wf.fn))
+    params = {"name": wf.name, "version": wf.version, "sha": wf.code_sha256,
+              "input_schema": None if description is None else db.jsonb(description)}  # fmt: skip
     conn.execute(db.query("register_deployment"), params)
     row = db.one(conn.execute(db.query("get_deployment"), params))
     if row["code_sha256"] != wf.code_sha256:
         if not allow_code_change:
             raise CodeChanged(wf.name, wf.version, row["code_sha256"], wf.code_sha256)
         conn.execute(db.query("replace_deployment_hash"), params)
-    description = input_schema.describe(codec.input_hint(wf.fn))
-    conn.execute(db.query("set_deployment_input_schema"),
-                 {**params, "input_schema": None if description is None else db.jsonb(description)})  # fmt: skip
+    if row["input_schema"] != description:  # the type changed, or an older worker registered it
+        conn.execute(db.query("set_deployment_input_schema"), params)
     # runs started before any deployment served this name get their version now (queues.py)
     conn.execute(db.query("resolve_awaiting"), {"name": wf.name})

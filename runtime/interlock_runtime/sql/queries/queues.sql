@@ -234,9 +234,10 @@ select id, (select count(*) from woken) as woken from started;
 -- run is inserted pending and wakes the workers. No version found, or the id taken: nothing is
 -- written (id is null), and rt.start goes the general way (awaiting_worker, or the comparison
 -- with the first start). The trace context goes in with the row. A deployment that describes
--- its input type takes the general way too, unless the caller checked the input against the
--- class itself (input_checked): the input is checked there, before the insert
--- (docs/typed.md#checked-at-the-door).
+-- its input type takes the general way too (which checks the input before its insert), unless
+-- the caller checked the input against the class itself (input_checked) or against this very
+-- description (schema_md5: the md5 of the one the caller checked against, read earlier): the
+-- input is checked at the door either way (docs/typed.md#checked-at-the-door).
 with served as (
   select version, input_schema from ilr.deployments
    where name = %(name)s
@@ -250,6 +251,7 @@ started as (
          %(queue_key)s, %(dedup_id)s, %(wanted_version)s, %(traceparent)s
     from served
    where %(input_checked)s or served.input_schema is null
+      or md5(served.input_schema::text) = %(schema_md5)s::text
   on conflict (id) do nothing
   returning id),
 woken as (
