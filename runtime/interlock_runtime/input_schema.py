@@ -39,6 +39,7 @@ from .validate import shown
 Description = dict[str, Any]
 
 _REF = "#/$defs/"
+_LONGEST_NAME = 80  # a field name shown as it is; a longer one is quoted and cut
 _MAX_REF_HOPS = 64  # a stored description is data: a $ref cycle must end, not hang a start
 _JSON_NAMES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool",
                "null": "None", "array": "list", "object": "object"}  # fmt: skip
@@ -368,7 +369,7 @@ class _Checker:
             except re.error:
                 matched = True  # a pattern Python cannot read is not checked here
             if not matched:
-                raise Refused(path, f"{shown(value)} does not match {pattern!r}")
+                raise Refused(path, f"{shown(value)} does not match {shown(pattern)}")
 
     def _number(self, schema: Description, value: float, path: str) -> None:
         for key, (holds, sign) in _BOUNDS.items():
@@ -411,9 +412,9 @@ class _Checker:
 
 
 def _field(path: str, name: str) -> str:
-    if name.isidentifier():
+    if name.isidentifier() and len(name) <= _LONGEST_NAME:
         return f"{path}.{name}" if path else name
-    return f"{path}[{name!r}]"
+    return f"{path}[{shown(name)}]"  # quoted, and cut when long: the message stays one short line
 
 
 def _is_type(value: Any, name: Any) -> bool:

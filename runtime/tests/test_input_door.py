@@ -268,6 +268,12 @@ HOSTILE = [
         "topic: expected str, got dict",
         id="nested-for-a-str",
     ),  # fmt: skip
+    pytest.param(
+        {"id": "a", "topic": "t", "k" * 100_000: 1},
+        None,
+        "kkk... (100002 characters)]: unknown field",
+        id="a-huge-unknown-field",
+    ),
 ]
 
 
