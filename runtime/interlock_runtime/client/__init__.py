@@ -64,8 +64,11 @@ class Client(WorkflowOperations):
 
         The input is JSON, or typed values (dataclasses, pydantic models, datetimes, ...)
         recorded with their type so the workflow gets the same type (docs/typed.md); anything
-        else is refused before anything is written. A second start with the same id and the
-        same name and input returns the id; a different one raises WorkflowConflict.
+        else is refused before anything is written. When the workflow declares its input type
+        (a dataclass or a pydantic model), an input that does not fit it is refused too,
+        InvalidInput naming the field, nothing written (docs/typed.md#checked-at-the-door). A
+        second start with the same id and the same name and input returns the id; a different
+        one raises WorkflowConflict.
 
         `queue` (default: the default queue, which has no limits), `priority` (lower runs
         first, 0 default), `queue_key` (what per-key limits count, e.g. a customer) and

@@ -5,5 +5,6 @@
 -- dataclass or pydantic model the workflow function annotates its input with. A start by name
 -- (`interlock start`, rt.start("name", ...)) reads it from the deployment it starts against and
 -- checks the input in the start's own transaction, before anything is written. Null (no typed
--- input, or a deployment an older worker registered): nothing is checked at the door.
+-- input, or a deployment registered before this migration, until a worker registers it again):
+-- nothing is checked at the door.
 alter table ilr.deployments add column input_schema jsonb;
