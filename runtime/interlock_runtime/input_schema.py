@@ -41,10 +41,22 @@ Description = dict[str, Any]
 _REF = "#/$defs/"
 _LONGEST_NAME = 80  # a field name shown as it is; a longer one is quoted and cut
 _MAX_REF_HOPS = 64  # a stored description is data: a $ref cycle must end, not hang a start
-_JSON_NAMES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool",
-               "null": "None", "array": "list", "object": "object"}  # fmt: skip
-_FORMATS: dict[Any, str] = {dt.datetime: "date-time", dt.date: "date", dt.time: "time",
-                            uuid.UUID: "uuid", Decimal: "decimal"}  # fmt: skip
+_JSON_NAMES = {
+    "string": "str",
+    "integer": "int",
+    "number": "float",
+    "boolean": "bool",
+    "null": "None",
+    "array": "list",
+    "object": "object",
+}
+_FORMATS: dict[Any, str] = {
+    dt.datetime: "date-time",
+    dt.date: "date",
+    dt.time: "time",
+    uuid.UUID: "uuid",
+    Decimal: "decimal",
+}
 
 
 # -- describing a type ---------------------------------------------------------------------
@@ -117,8 +129,12 @@ class _Describer:
         if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
             if args == ((),):
                 return {"type": "array", "maxItems": 0}
-            return {"type": "array", "prefixItems": [self.of(a) for a in args],
-                    "minItems": len(args), "maxItems": len(args)}  # fmt: skip
+            return {
+                "type": "array",
+                "prefixItems": [self.of(a) for a in args],
+                "minItems": len(args),
+                "maxItems": len(args),
+            }
         return {"type": "array", "items": self.of(args[0])} if args else {"type": "array"}
 
     def _class(self, cls: type) -> Description:
@@ -149,13 +165,20 @@ class _Describer:
             except Exception:  # annotations that do not resolve: its fields are not checked
                 hints = {}
             fields = [f for f in dataclasses.fields(cls) if f.init]
-            required = [f.name for f in fields if f.default is dataclasses.MISSING
-                        and f.default_factory is dataclasses.MISSING]  # fmt: skip
-            self.defs[key].update({
-                "type": "object", "title": cls.__qualname__,
-                "properties": {f.name: self.of(hints.get(f.name, Any)) for f in fields},
-                "required": required, "additionalProperties": False,
-            })  # fmt: skip
+            required = [
+                f.name
+                for f in fields
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            ]
+            self.defs[key].update(
+                {
+                    "type": "object",
+                    "title": cls.__qualname__,
+                    "properties": {f.name: self.of(hints.get(f.name, Any)) for f in fields},
+                    "required": required,
+                    "additionalProperties": False,
+                }
+            )
         return {"$ref": _REF + key}
 
     def _model(self, cls: Any) -> Description:
@@ -210,8 +233,10 @@ def check(description: Any, document: Any, what: str) -> None:
     try:
         _Checker(description).fits(description, document, "", 0)
     except Refused as exc:
-        raise InvalidInput(f"{what}: the input does not fit the workflow's input type: {exc}; "
-                           "nothing was started (docs/typed.md#checked-at-the-door)") from None  # fmt: skip
+        raise InvalidInput(
+            f"{what}: the input does not fit the workflow's input type: {exc}; "
+            "nothing was started (docs/typed.md#checked-at-the-door)"
+        ) from None
 
 
 def check_local(hint: Any, encoded: Any, what: str) -> None:
@@ -227,9 +252,11 @@ def check_local(hint: Any, encoded: Any, what: str) -> None:
         try:
             model[0].model_validate(document)
         except Exception as exc:  # pydantic's ValidationError, or a validator's own error
-            raise InvalidInput(f"{what}: the input does not fit the workflow's input type: "
-                               f"{_pydantic_problem(exc)}; nothing was started "
-                               "(docs/typed.md#checked-at-the-door)") from None  # fmt: skip
+            raise InvalidInput(
+                f"{what}: the input does not fit the workflow's input type: "
+                f"{_pydantic_problem(exc)}; nothing was started "
+                "(docs/typed.md#checked-at-the-door)"
+            ) from None
 
 
 def _pydantic_problem(exc: Exception) -> str:
@@ -264,8 +291,11 @@ class _Checker:
             target = self.defs.get(ref[len(_REF) :]) if ref.startswith(_REF) else None
             hops += 1
             if not isinstance(target, dict) or hops > _MAX_REF_HOPS:
-                raise Refused(path, f"the stored input description is malformed ($ref {ref!r}); "
-                                    "restart a worker that serves the workflow to store it again")  # fmt: skip
+                raise Refused(
+                    path,
+                    f"the stored input description is malformed ($ref {ref!r}); "
+                    "restart a worker that serves the workflow to store it again",
+                )
             schema = target
         return schema
 
@@ -349,8 +379,9 @@ class _Checker:
         if any(_is_type(value, n) for n in names):
             return
         title = schema.get("title") if "object" in names else None
-        shown_names = [title] if isinstance(title, str) else [_JSON_NAMES.get(str(n), str(n))
-                                                              for n in names]  # fmt: skip
+        shown_names = (
+            [title] if isinstance(title, str) else [_JSON_NAMES.get(str(n), str(n)) for n in names]
+        )
         raise Refused(path, f"expected {' or '.join(shown_names)}, got {_got(value)}")
 
     def _string(self, schema: Description, value: str, path: str) -> None:
@@ -445,19 +476,29 @@ def _same(a: Any, b: Any) -> bool:
 
 
 _BOUNDS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
-    "minimum": (operator.ge, ">="), "maximum": (operator.le, "<="),
-    "exclusiveMinimum": (operator.gt, ">"), "exclusiveMaximum": (operator.lt, "<"),
-}  # fmt: skip
-_FORMAT_NAMES = {"date-time": "datetime (ISO 8601)", "date": "date (YYYY-MM-DD)",
-                 "time": "time (HH:MM[:SS])", "uuid": "UUID", "decimal": "decimal number"}  # fmt: skip
+    "minimum": (operator.ge, ">="),
+    "maximum": (operator.le, "<="),
+    "exclusiveMinimum": (operator.gt, ">"),
+    "exclusiveMaximum": (operator.lt, "<"),
+}
+_FORMAT_NAMES = {
+    "date-time": "datetime (ISO 8601)",
+    "date": "date (YYYY-MM-DD)",
+    "time": "time (HH:MM[:SS])",
+    "uuid": "UUID",
+    "decimal": "decimal number",
+}
 
 
 def _format_ok(fmt: str, value: str) -> bool:
     """Whether the text is what codec.convert reads as that type (a format not listed here is
     not checked)."""
-    readers: dict[str, Any] = {"date-time": dt.datetime.fromisoformat,
-                               "date": dt.date.fromisoformat, "time": dt.time.fromisoformat,
-                               "uuid": uuid.UUID}  # fmt: skip
+    readers: dict[str, Any] = {
+        "date-time": dt.datetime.fromisoformat,
+        "date": dt.date.fromisoformat,
+        "time": dt.time.fromisoformat,
+        "uuid": uuid.UUID,
+    }
     if fmt == "decimal":
         try:
             return Decimal(value).is_finite()

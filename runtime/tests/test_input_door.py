@@ -23,9 +23,17 @@ from interlock_runtime.errors import InvalidInput
 BY_NAME = ["sync", "async", "cli"]
 BY_FUNCTION = ["sync", "async"]
 
-POST = {"id": "p-1", "topic": {"tags": ["a", "b"], "weights": {"a": 0.5}}, "tone": "dry",
-        "at": "2026-03-01T09:30:00+00:00", "day": "2026-03-01", "price": "12.30",
-        "ref": str(uuid.UUID(int=7)), "kind": "news", "pinned": True}  # fmt: skip
+POST = {
+    "id": "p-1",
+    "topic": {"tags": ["a", "b"], "weights": {"a": 0.5}},
+    "tone": "dry",
+    "at": "2026-03-01T09:30:00+00:00",
+    "day": "2026-03-01",
+    "price": "12.30",
+    "ref": str(uuid.UUID(int=7)),
+    "kind": "news",
+    "pinned": True,
+}
 AUTHOR = {"name": "ann", "age": 41, "tags": ["x"]}
 
 
@@ -51,23 +59,23 @@ _DROP = object()
 REFUSED = [
     pytest.param(
         "announce", {"id": 7, "topic": ["a"]}, "id: expected str, got int", id="the-new-users-case"
-    ),  # fmt: skip
+    ),
     pytest.param(
         "announce",
         {"id": "a-1", "topic": ["a"]},
         "topic: expected str, got list",
         id="a-list-for-a-str",
-    ),  # fmt: skip
+    ),
     pytest.param("announce", {"id": "a-1"}, "topic: missing", id="missing-field"),
     pytest.param(
         "announce",
         {"id": "a-1", "topic": "t", "tpoic": "t"},
         "tpoic: unknown field",
         id="unknown-field",
-    ),  # fmt: skip
+    ),
     pytest.param(
         "announce", {"id": None, "topic": "t"}, "id: expected str, got None", id="none-for-a-str"
-    ),  # fmt: skip
+    ),
     pytest.param("announce", None, "the input: expected Topic, got None", id="no-input"),
     pytest.param("announce", [1, 2], "the input: expected Topic, got list", id="a-list"),
     pytest.param(
@@ -75,87 +83,87 @@ REFUSED = [
         _with(POST, "topic.tags.1", 2),
         "topic.tags[1]: expected str, got int",
         id="nested-list-item",
-    ),  # fmt: skip
+    ),
     pytest.param(
         "publish",
         _with(POST, "topic.weights", {"a": "heavy"}),
         "topic.weights.a: expected float, got str",
         id="nested-dict-value",
-    ),  # fmt: skip
+    ),
     pytest.param(
         "publish",
         _with(POST, "topic.colour", "red"),
         "topic.colour: unknown field",
         id="nested-unknown-field",
-    ),  # fmt: skip
+    ),
     pytest.param(
         "publish",
         _with(POST, "topic.tags", _DROP),
         "topic.tags: missing",
         id="nested-missing-field",
-    ),  # fmt: skip
+    ),
     pytest.param(
         "publish",
         _with(POST, "reply_to", {"tags": [None]}),
         "reply_to.tags[0]: expected str, got None",
         id="inside-an-optional",
-    ),  # fmt: skip
+    ),
     pytest.param(
         "publish", _with(POST, "tone", "hot"), "tone: expected one of 'dry', 'warm'", id="enum"
-    ),  # fmt: skip
+    ),
     pytest.param(
         "publish", _with(POST, "kind", "memo"), "kind: expected one of 'news', 'note'", id="literal"
-    ),  # fmt: skip
+    ),
     pytest.param(
         "publish",
         _with(POST, "at", "yesterday"),
         "at: 'yesterday' is not a datetime",
         id="datetime",
-    ),  # fmt: skip
-    pytest.param(
-        "publish", _with(POST, "day", 20260301), "day: expected str, got int", id="date"
-    ),  # fmt: skip
+    ),
+    pytest.param("publish", _with(POST, "day", 20260301), "day: expected str, got int", id="date"),
     pytest.param(
         "publish", _with(POST, "price", "NaN"), "price: 'NaN' is not a decimal", id="decimal"
-    ),  # fmt: skip
+    ),
     pytest.param(
         "publish", _with(POST, "ref", "not-a-uuid"), "ref: 'not-a-uuid' is not a UUID", id="uuid"
-    ),  # fmt: skip
+    ),
     pytest.param(
         "publish",
         _with(POST, "pinned", 1),
         "pinned: expected bool, got int",
         id="an-int-for-a-bool",
-    ),  # fmt: skip
+    ),
     pytest.param(
         "publish", _with(POST, "span", [1, 2, 3]), "span: at most 2 items", id="tuple-length"
-    ),  # fmt: skip
+    ),
     pytest.param(
         "profile",
         {"name": "ann", "age": "old"},
         "age: expected int, got str",
         id="pydantic-wrong-type",
-    ),  # fmt: skip
+    ),
     pytest.param("profile", {"name": "ann"}, "age: missing", id="pydantic-missing"),
     pytest.param(
         "profile",
         {**AUTHOR, "role": "x"},
         "role: unknown field",
         id="pydantic-unknown-field-forbidden",
-    ),  # fmt: skip
+    ),
     pytest.param(
         "profile",
         {**AUTHOR, "tags": ["x", 2]},
         "tags[1]: expected str, got int",
         id="pydantic-nested",
-    ),  # fmt: skip
-    pytest.param(
-        "profile", {**AUTHOR, "since": "soon"}, "since: ", id="pydantic-optional-date"
-    ),  # fmt: skip
+    ),
+    pytest.param("profile", {**AUTHOR, "since": "soon"}, "since: ", id="pydantic-optional-date"),
 ]
 
-FLOWS = {"announce": df.announce, "publish": df.publish, "profile": df.profile,
-         "untyped": df.untyped}  # fmt: skip
+FLOWS = {
+    "announce": df.announce,
+    "publish": df.publish,
+    "profile": df.profile,
+    "untyped": df.untyped,
+}
 
 
 @pytest.fixture
@@ -166,8 +174,16 @@ def deployed(dsn: str) -> str:
     return dsn
 
 
-def _start(how: str, dsn: str, workflow: Any, wf_id: str, value: Any, capsys: Any,
-           text: str | None = None, **options: Any) -> str | None:  # fmt: skip
+def _start(
+    how: str,
+    dsn: str,
+    workflow: Any,
+    wf_id: str,
+    value: Any,
+    capsys: Any,
+    text: str | None = None,
+    **options: Any,
+) -> str | None:
     """Start through one client; None when it started, else the refusal's one line."""
     if how == "cli":
         args = ["start", workflow, wf_id, "--input", json.dumps(value) if text is None else text]
@@ -243,10 +259,12 @@ def test_the_function_checks_typed_values_and_the_models_own_validators(dsn, con
 def test_fitting_inputs_start_and_untyped_workflows_are_not_checked(
     deployed, conn, capsys, how
 ) -> None:
-    cases = [("announce", {"id": "a-1", "topic": "news"}),
-             ("publish", {**POST, "reply_to": None, "span": [1, 2]}),
-             ("profile", {**AUTHOR, "since": "2020-01-02"}),
-             ("untyped", {"anything": [1, "goes"]})]  # fmt: skip
+    cases = [
+        ("announce", {"id": "a-1", "topic": "news"}),
+        ("publish", {**POST, "reply_to": None, "span": [1, 2]}),
+        ("profile", {**AUTHOR, "since": "2020-01-02"}),
+        ("untyped", {"anything": [1, "goes"]}),
+    ]
     for i, (name, value) in enumerate(cases):
         assert _start(how, deployed, name, f"ok-{i}", value, capsys) is None
         row = conn.execute("select status from ilr.workflows where id = %s", (f"ok-{i}",))
@@ -258,16 +276,16 @@ HOSTILE = [
     pytest.param(10**5000, "1" * 5000, "digits", id="huge-int"),
     pytest.param(
         json.loads("[" * 200 + "]" * 200), "[" * 200 + "]" * 200, "levels deep", id="deep-nesting"
-    ),  # fmt: skip
+    ),
     pytest.param(
         {"id": 10**4000, "topic": "t"}, None, "id: expected str, got int", id="a-long-int-for-a-str"
-    ),  # fmt: skip
+    ),
     pytest.param(
         {"id": "a", "topic": {"a": {"b": {"c": [[[[[1]]]]]}}}},
         None,
         "topic: expected str, got dict",
         id="nested-for-a-str",
-    ),  # fmt: skip
+    ),
     pytest.param(
         {"id": "a", "topic": "t", "k" * 100_000: 1},
         None,
@@ -325,27 +343,34 @@ def test_the_description_is_stored_at_registration_and_kept_when_unchanged(dsn, 
 
     with Runtime(dsn) as rt:
         rt.register(df.announce, df.untyped)
-        rows = {r["name"]: r for r in conn.execute(
-            "select name, input_schema from ilr.deployments").fetchall()}  # fmt: skip
+        rows = {
+            r["name"]: r
+            for r in conn.execute("select name, input_schema from ilr.deployments").fetchall()
+        }
         assert rows["untyped"]["input_schema"] is None  # no annotation: nothing to check
         stored = rows["announce"]["input_schema"]
         assert stored == input_schema.describe(codec.input_hint(df.announce))
         assert stored["$defs"]["door_flows:Topic"]["required"] == ["id", "topic"]
         rt.register(df.announce)  # a worker's restart writes nothing new
-        again = conn.execute("select xmin::text as x from ilr.deployments where name = "
-                             "'announce'").fetchone()["x"]  # fmt: skip
+        again = conn.execute(
+            "select xmin::text as x from ilr.deployments where name = 'announce'"
+        ).fetchone()["x"]
         rt.register(df.announce)
-        assert conn.execute("select xmin::text as x from ilr.deployments where name = "
-                            "'announce'").fetchone()["x"] == again  # fmt: skip
+        assert (
+            conn.execute(
+                "select xmin::text as x from ilr.deployments where name = 'announce'"
+            ).fetchone()["x"]
+            == again
+        )
 
 
 def test_a_malformed_stored_description_is_one_line(deployed, conn, capsys) -> None:
     conn.execute("""update ilr.deployments set input_schema = '{"$ref": "#/$defs/a", "$defs":
-                    {"a": {"$ref": "#/$defs/a"}}}' where name = 'announce'""")  # fmt: skip
+                    {"a": {"$ref": "#/$defs/a"}}}' where name = 'announce'""")
     refusal = _start("cli", deployed, "announce", "m-1", {"id": "a", "topic": "t"}, capsys)
     assert refusal is not None and "malformed" in refusal
     conn.execute("""update ilr.deployments set input_schema = '[1, "x"]'
-                    where name = 'announce'""")  # fmt: skip
+                    where name = 'announce'""")
     assert _start("cli", deployed, "announce", "m-2", {"id": 7}, capsys) is None
 
 
@@ -354,12 +379,20 @@ def test_the_new_users_case_end_to_end_with_a_worker(dsn, conn, workers) -> None
     """A worker registers announce; `interlock start` (a process of its own) refuses the
     user's input with exit status 2 and one line; a fitting input runs to its result."""
     w = workers("W", module="door_flows", poll=0.1)
-    wait_for(lambda: conn.execute("select 1 from ilr.deployments where name = 'announce'")
-             .fetchone(), 30, "the registration")  # fmt: skip
+    wait_for(
+        lambda: conn.execute("select 1 from ilr.deployments where name = 'announce'").fetchone(),
+        30,
+        "the registration",
+    )
 
     def interlock(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "interlock_runtime.cli", *args, "--dsn", dsn],
-                              capture_output=True, text=True, timeout=60, cwd=TESTS)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "interlock_runtime.cli", *args, "--dsn", dsn],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=TESTS,
+        )
 
     bad = interlock("start", "announce", "news-1", "--input", '{"id": 7, "topic": ["a"]}')
     assert bad.returncode == 2, bad
@@ -429,11 +462,14 @@ def test_a_typed_start_by_name_is_one_round_trip_once_its_description_is_known(
         # The deployment's description changes under the client: `id` becomes an int.
         conn.execute("""update ilr.deployments set input_schema = jsonb_set(input_schema,
                         '{$defs,door_flows:Topic,properties,id}', '{"type": "integer"}')
-                        where name = 'announce'""")  # fmt: skip
+                        where name = 'announce'""")
         with pytest.raises(InvalidInput, match="id: expected int, got str"):
             rt.start("announce", "r-2", {"id": "c", "topic": "t"})  # remembered: a str fits
         _nothing_written(conn, "r-2")
         rt.start("announce", "r-3", {"id": 3, "topic": "t"})  # remembered: an int is refused
     statuses = conn.execute("select id, status from ilr.workflows order by id").fetchall()
     assert [(r["id"], r["status"]) for r in statuses] == [
-        ("r-0", "pending"), ("r-1", "pending"), ("r-3", "pending")]  # fmt: skip
+        ("r-0", "pending"),
+        ("r-1", "pending"),
+        ("r-3", "pending"),
+    ]

@@ -108,8 +108,9 @@ class Client(WorkflowOperations):
                 "queue_key": validate.optional_name(queue_key, "queue_key"),
                 "dedup_id": validate.optional_name(dedup_id, "dedup_id")}  # fmt: skip
         schema_md5 = None if checked else self._door.remembered(name, version, encoded)
-        if execution_timeout is None and self._start_served(wf_id, name, version, opts, checked,
-                                                            schema_md5):  # fmt: skip
+        if execution_timeout is None and self._start_served(
+            wf_id, name, version, opts, checked, schema_md5
+        ):
             return wf_id
         try:
             resolved: str | None = self._resolve_version(name, version)

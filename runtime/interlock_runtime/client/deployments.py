@@ -58,8 +58,12 @@ def register_deployment(conn: db.Conn, wf: WorkflowDef, allow_code_change: bool)
     and the description of the workflow's declared input type, which a start by name checks
     its input against (docs/typed.md#checked-at-the-door)."""
     description = input_schema.describe(codec.input_hint(wf.fn))
-    params = {"name": wf.name, "version": wf.version, "sha": wf.code_sha256,
-              "input_schema": None if description is None else db.jsonb(description)}  # fmt: skip
+    params = {
+        "name": wf.name,
+        "version": wf.version,
+        "sha": wf.code_sha256,
+        "input_schema": None if description is None else db.jsonb(description),
+    }
     conn.execute(db.query("register_deployment"), params)
     row = db.one(conn.execute(db.query("get_deployment"), params))
     if row["code_sha256"] != wf.code_sha256:

@@ -45,14 +45,16 @@ class InputDoor:
             return None  # maybe stale: the start's transaction reads it again and decides
         return known[0]
 
-    def in_transaction(self, name: str, wanted: str | None, wf_id: str,
-                       encoded: Any) -> Callable[[db.Conn, str], None]:  # fmt: skip
+    def in_transaction(
+        self, name: str, wanted: str | None, wf_id: str, encoded: Any
+    ) -> Callable[[db.Conn, str], None]:
         """The check start_in runs once it knows the version: the stored description of that
         deployment, read in the start's transaction (none stored: nothing to check)."""
 
         def check(conn: db.Conn, version: str) -> None:
-            row = conn.execute(db.query("deployment_input_schema"),
-                               {"name": name, "version": version}).fetchone()  # fmt: skip
+            row = conn.execute(
+                db.query("deployment_input_schema"), {"name": name, "version": version}
+            ).fetchone()
             if row is None or row["input_schema"] is None:
                 self._known.pop((name, wanted), None)
                 return
