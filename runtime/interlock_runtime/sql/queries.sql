@@ -259,12 +259,26 @@ update ilr.workflows
  where id = %(wf)s and epoch = %(epoch)s and status in ('sleeping','pending');
 
 -- name: register_deployment
-insert into ilr.deployments (name, version, code_sha256)
-values (%(name)s, %(version)s, %(sha)s)
+insert into ilr.deployments (name, version, code_sha256, input_schema)
+values (%(name)s, %(version)s, %(sha)s, %(input_schema)s)
 on conflict (name, version) do nothing;
 
 -- name: get_deployment
-select name, version, code_sha256, created_at, retired_at
+select name, version, code_sha256, created_at, retired_at, input_schema
+  from ilr.deployments where name = %(name)s and version = %(version)s;
+
+-- name: set_deployment_input_schema
+-- The description of the workflow's declared input type (docs/typed.md#checked-at-the-door), as
+-- the registering worker derives it, when it differs from the stored one (a worker's restart
+-- writes nothing).
+update ilr.deployments set input_schema = %(input_schema)s
+ where name = %(name)s and version = %(version)s
+   and input_schema is distinct from %(input_schema)s::jsonb;
+
+-- name: deployment_input_schema
+-- What a start by name checks its input against, read in the start's own transaction.
+-- Its md5 is what a later start sends with the one-statement start (start_served).
+select input_schema, md5(input_schema::text) as input_schema_md5
   from ilr.deployments where name = %(name)s and version = %(version)s;
 
 -- name: replace_deployment_hash
