@@ -149,10 +149,11 @@ def test_plain_describe_lists_the_effects_by_id(dsn, conn) -> None:
     with Runtime(dsn) as rt:
         rt.start(flows.echo, "eff-1", {})
     conn.execute("insert into ilr.effects (effect_id, workflow_id, target, tier, payload, "
-                 "payload_hash, state, sends) values ('eff_words_1', 'eff-1', 'blog', 1, "
-                 "'{}'::jsonb, 'h', 'committed', 2)")  # fmt: skip
+                 "payload_hash, state, sends, action) values ('eff_words_1', 'eff-1', 'blog', 1, "
+                 "'{}'::jsonb, 'h', 'committed', 2, 'publish_post')")  # fmt: skip
     out = _interlock(dsn, "describe", "eff-1")
     assert out.returncode == 0, out.stderr
     tail = out.stdout.split("\neffects\n", 1)[1].splitlines()
-    assert tail[0].split() == ["EFFECT_ID", "STATE", "TARGET", "TIER", "SENDS", "GRANT_ID"]
-    assert tail[1].split() == ["eff_words_1", "committed", "blog", "1", "2", "-"]
+    assert tail[0].split() == ["EFFECT_ID", "STATE", "ACTION", "TARGET", "TIER", "SENDS",
+                               "GRANT_ID"]  # fmt: skip
+    assert tail[1].split() == ["eff_words_1", "committed", "publish_post", "blog", "1", "2", "-"]

@@ -55,6 +55,7 @@ def test_happy_path_commits_once_with_a_valid_receipt(dsn, workers, target_facto
     assert out["status"] == "COMMITTED" and out["result"]["amount"] == 2000
     assert refunds(admin) == [2000]
     assert eff["state"] == "committed" and eff["sends"] == 1 and eff["grant_id"] == grant
+    assert eff["action"] == "refund"  # recorded at the proposal (describe lists it)
     v = receipts.verify(bundle, b"k")
     assert v["valid"] and v["happened"] is True and v["happened_once"] is True
     assert v["authorized_when_fired"] is True and v["assumptions_held"] is True and v["signed"]

@@ -189,7 +189,8 @@ def _describe(args: argparse.Namespace) -> int:
                                "prev_lease_expires_at"])  # fmt: skip
     # the ids `interlock receipt EFFECT_ID` takes
     print("\neffects")
-    print_table(wf["effects"], ["effect_id", "state", "target", "tier", "sends", "grant_id"])
+    print_table(wf["effects"], ["effect_id", "state", "action", "target", "tier", "sends",
+                                "grant_id"])  # fmt: skip
     return 0
 
 

@@ -49,7 +49,7 @@ class WorkflowOperations(Results, Deployments):
         return self._execute(db.query("claim_history"), {"wf": wf_id}).fetchall()
 
     def effects(self, wf_id: str) -> list[db.Row]:
-        """The effects the workflow dispatched: each one's target, tier, state and grant."""
+        """The effects the workflow proposed: each one's action, target, tier, state and grant."""
         check_id(wf_id)
         return self._execute(db.query("effects_of_workflow"), {"wf": wf_id}).fetchall()
 

@@ -52,7 +52,8 @@ def _t_dispatch(call: EffectCall, decided_on: Any, violations: list[str]) -> Eff
         now = fence["now"]
         conn.execute(db.query("insert_effect"), {"eid": call.eid, "wf": port.workflow_id,
                      "target": call.spec.name, "tier": call.spec.tier,
-                     "payload": db.jsonb(call.payload), "payload_hash": call.ph})  # fmt: skip
+                     "payload": db.jsonb(call.payload), "payload_hash": call.ph,
+                     "action": call.action})  # fmt: skip
         eff = call.lock_effect()
         entries = journal_entries(conn, call.eid)
         chain = Chain(conn, call.eid, entries, now.timestamp())

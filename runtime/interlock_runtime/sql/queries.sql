@@ -381,8 +381,8 @@ select effect_id, workflow_id, target, tier, payload, payload_hash, state, grant
   from ilr.effects where effect_id = %(eid)s;
 
 -- name: insert_effect
-insert into ilr.effects (effect_id, workflow_id, target, tier, payload, payload_hash)
-values (%(eid)s, %(wf)s, %(target)s, %(tier)s, %(payload)s, %(payload_hash)s)
+insert into ilr.effects (effect_id, workflow_id, target, tier, payload, payload_hash, action)
+values (%(eid)s, %(wf)s, %(target)s, %(tier)s, %(payload)s, %(payload_hash)s, %(action)s)
 on conflict (effect_id) do nothing;
 
 -- name: lock_effect
@@ -465,7 +465,7 @@ update ilr.effects set reconciled = %(reconciled)s
 returning effect_id;
 
 -- name: effects_of_workflow
-select effect_id, target, tier, state, grant_id, sends, dispatch_epoch, send_deadline,
+select effect_id, action, target, tier, state, grant_id, sends, dispatch_epoch, send_deadline,
        late_result, reconciled
   from ilr.effects where workflow_id = %(wf)s or dispatch_workflow_id = %(wf)s
  order by effect_id;
