@@ -21,10 +21,14 @@ $(STAMP): pyproject.toml | $(BIN)/python
 setup: $(STAMP)
 
 # The product's sdist and wheel in dist/ (docs/install.md): what a project outside this
-# repository installs. The build is isolated: pip fetches the backend pyproject.toml names.
-dist: setup
+# repository installs. It needs no `make setup`: a small virtualenv holds the `build` tool, and
+# the build itself is isolated (pip fetches the backend pyproject.toml names).
+BUILD_VENV := .data/build-venv
+dist:
+	@test -x $(BUILD_VENV)/bin/python || $(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip install -q --upgrade 'build>=1.2'
 	rm -rf dist build
-	$(BIN)/python -m build --sdist --wheel --outdir dist .
+	$(BUILD_VENV)/bin/python -m build --sdist --wheel --outdir dist .
 	@ls -1 dist
 
 pg-start: setup
