@@ -45,6 +45,7 @@ lint: setup
 	$(BIN)/ruff format --no-cache --check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy  # strict, the product only: [tool.mypy] in pyproject.toml
+	$(BIN)/python docs/gen_api.py --check  # every public name documented, the reference current
 
 format: setup
 	$(BIN)/ruff format .

@@ -353,7 +353,7 @@ class GateReference:
         if not checks["lease_live"]:
             self._append("REFUSED", reason="lease not live, or it does not cover this effect",
                          checks=checks)  # fmt: skip
-            return self._record(caller, "REFUSED:lease")
+            return self._record(caller, "REFUSED:authority")
         # 9. AUTHORIZED.
         self._append("AUTHORIZED", lease=gid)
         # 10. premises: the external violations (no local SQL premises here).
@@ -487,9 +487,9 @@ class GateReference:
         rechecked = self._checks(row.grant_id, row.payload, row.payload_hash)
         rechecked["violations"] = list(violations) if rechecked["lease_live"] else []
         rechecked["ts"] = self.clock
-        lease_stale = not rechecked["lease_live"]
-        stale = lease_stale or bool(rechecked["violations"])
-        why = "lease" if lease_stale else "stale_premise"
+        grant_stale = not rechecked["lease_live"]
+        stale = grant_stale or bool(rechecked["violations"])
+        why = "authority" if grant_stale else "stale_premise"
         # B13: a caller offering another payload resolves the open send without taking its
         # status, then goes round again (and is refused as conflicting_payload).
         other = journal.payload_hash(payload) != row.payload_hash

@@ -196,7 +196,7 @@ def effects_source(s: _Session, rt: Runtime) -> None:
     wait_for(lambda: rt.describe("e-cancel")["status"] == "sleeping", 30, "e-cancel to wait")
     rt.cancel("e-cancel", by="ops")
     expected = {"e-s01-t1": "COMMITTED_BY_RETRY", "e-s01-t2": "COMMITTED", "e-s01-t3": "COMMITTED",
-                "e-s02": "REFUSED:stale_premise_at_recovery", "e-s03": "REFUSED:lease_at_recovery",
+                "e-s02": "REFUSED:stale_premise_at_recovery", "e-s03": "REFUSED:authority_at_recovery",
                 "e-cancel": "REFUSED:cancelled"}  # fmt: skip
     rt.fork("e-s01-t2", at_seq=3, new_id="e-fork") if rt.result("e-s01-t2", timeout=60) else None
     expected["e-fork"] = "DUPLICATE_IGNORED"

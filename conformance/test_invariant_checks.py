@@ -269,7 +269,7 @@ def test_a_lapsed_lease_and_a_changed_premise_bar_a_resend(conn) -> None:
     conn.execute("update ilr.workflows set lease_expires_at = %s", (at(9),))
     sent = dict(dispatched(), premises={"payment": "p", "refunded_by_others": 0})
     chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, sent,
-                          {"kind": "AMBIGUOUS", "reason": "lease at recovery, no lookup"}])  # fmt: skip
+                          {"kind": "AMBIGUOUS", "reason": "authority at recovery, no lookup"}])  # fmt: skip
     no_lookup = {"http://t": {"tier": 1, "lookup": False}}
     assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=no_lookup)
     conn.execute("update ilr.workflows set lease_expires_at = %s", (at(2.5),))

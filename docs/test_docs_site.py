@@ -47,6 +47,15 @@ def test_cli_reference_covers_every_verb():
         assert f"usage: interlock {verb}" in text, f"no --help text for `interlock {verb}`"
 
 
+def test_api_reference_is_current_and_every_public_name_documented():
+    """docs/gen_api.py --check (also in `make lint`): the reference blocks in the pages are
+    what the docstrings say today, and every name of interlock_runtime.__all__ has one."""
+    spec = importlib.util.spec_from_file_location("docs_gen_api", DOCS / "gen_api.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0, "run `python docs/gen_api.py` (details above)"
+
+
 def _pages() -> list[Path]:
     return sorted(DOCS.glob("*.md"))
 

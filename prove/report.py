@@ -151,7 +151,7 @@ REASONS: dict[tuple, str] = {
         "the prediction's $20 presumes the first decision (2000) stands, but the crash at "
         "decide_after_response comes before it is recorded, so the re-call decides 3000. The "
         "approval binds the grant to the 2000 payload's hash, so the 3000 effect is refused "
-        "(REFUSED:lease: the grant does not cover this payload) and nothing is sent: $0, the "
+        "(REFUSED:authority: the grant does not cover this payload) and nothing is sent: $0, the "
         "refusal surfaced, counted as blocked_never_sent. The spec's S05b row does not fit its "
         "own setup; the measurement stands."
     ),

@@ -80,7 +80,7 @@ def test_revoke_race_runtime(services, tmp_path) -> None:
         if it["sent"]:  # a send after the revoke began is listed, or came before it returned
             assert it["measured_offset"] is not None and it["status"] == "COMMITTED"
         else:
-            assert it["status"] == "REFUSED:lease" and it["returned"] == []
+            assert it["status"] == "REFUSED:authority" and it["returned"] == []
     assert [it["sent_under_revoked_grant"] for it in its] == [0] * len(its)
     assert _recount(rec) == [0] * 8
     assert rec["outcome"]["correct"] and rec["outcome"]["prediction_held"] is True

@@ -33,10 +33,13 @@ class RunView:
 
     @property
     def workflow_id(self) -> str:
+        """The id of the workflow this run belongs to."""
         return self._engine.workflow_id
 
     @property
     def epoch(self) -> int:
+        """This claim's epoch: one more at every claim of the workflow. Every write of the
+        run is fenced on it (docs/design.md#fence)."""
         return self._engine.epoch
 
     @property
@@ -46,6 +49,8 @@ class RunView:
 
     @property
     def cancel_requested(self) -> bool:
+        """True once a cancel of this workflow has reached this run (by its last write or
+        heartbeat); `Cancelled` is raised at the next durable call."""
         return self._engine.run.cancel_requested_at is not None
 
     @property
@@ -125,8 +130,9 @@ class WorkflowContext(RunView):
                decision: Any = None, postcondition: Any = None) -> EffectResult:  # fmt: skip
         """Send an external effect through the gate (docs/design.md#gated-effects); returns an EffectResult.
 
-        At most once per `key` at tiers 1 and 2, only under the live `grant`, only while
-        `premises` (what the decision assumed) still hold, journaled in a verifiable receipt."""
+        At most once per `key` at tiers 1 and 2 under assumptions A1, A2, A4 and A5
+        (docs/design.md#assumptions), only under the live `grant`, only while `premises` (what
+        the decision assumed) still hold, journaled in a verifiable receipt."""
         prepared = prepare(target, key, payload, premises, grant, name=name,
                            local_premises=local_premises, action=action,
                            postcondition=postcondition)  # fmt: skip

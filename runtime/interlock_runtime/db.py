@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import Jsonb
 
-from .errors import DatabaseUnreachable, Fenced, InvalidInput
+from .errors import DatabaseMissing, DatabaseUnreachable, Fenced, InvalidInput
 from .stored import NEEDS_SERVER, stored_locally
 
 SCHEMA_LOCK = 0x1C0C7A11  # advisory lock key: one schema change at a time (migrations.LOCK)
@@ -107,13 +107,39 @@ def _one_line(exc: BaseException) -> str:
     return text[:300]
 
 
+def _missing_database(exc: psycopg.Error) -> bool:
+    """The server answered that the DSN's database does not exist (SQLSTATE 3D000; a failed
+    connection carries no SQLSTATE, so its text is read too)."""
+    return getattr(exc, "sqlstate", None) == "3D000" or bool(
+        re.search(r'database ".*" does not exist', str(exc))
+    )
+
+
+def _dbname(dsn: str) -> str:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "?"
+    return str(info.get("dbname") or info.get("user") or "?")
+
+
 def explain(dsn: str, exc: psycopg.Error) -> InvalidInput | DatabaseUnreachable:
     """The one-line error a person gets for a failed connection: a malformed DSN is
     InvalidInput; anything else (down, refused, unknown host, bad password) says where it
-    tried and what to check."""
+    tried and what to check; a database the server does not have is DatabaseMissing, saying
+    how to create it."""
     if isinstance(exc, psycopg.ProgrammingError) or _one_line(exc).startswith("invalid "):
         return InvalidInput(f"the DSN is not valid ({_one_line(exc)}); give --dsn or ILR_DSN as "
                             "postgresql://USER@HOST:PORT/DBNAME or 'host=... port=... dbname=...'")  # fmt: skip
+    if _missing_database(exc):
+        server, name = address(dsn).rsplit("/", 1)[0], _dbname(dsn)
+        host, _, port = server.rpartition(":")
+        return DatabaseMissing(
+            f"Postgres at {server} answers, but it has no database {name!r} ({_one_line(exc)}). "
+            f"Create it (`createdb -h {host} -p {port} -U ADMIN {name}`, then `interlock db "
+            "upgrade` makes the schema; `interlock pg start` makes the project's own cluster's "
+            "`ilr`), or give a DSN (--dsn or ILR_DSN) that names an existing database"
+        )
     return DatabaseUnreachable(
         f"cannot reach Postgres at {address(dsn)}: {_one_line(exc)}. Check that the server "
         "runs (`interlock pg start` for the project's own cluster) and that the DSN (--dsn or "

@@ -33,6 +33,41 @@ class DatabaseUnreachable(InterlockError, psycopg.OperationalError):
     code that retries on those keeps doing so."""
 
 
+class DatabaseMissing(DatabaseUnreachable):
+    """Postgres answers at the DSN's address, but the database the DSN names does not exist.
+    The message names the server and the database and says how to create it or which DSN to
+    give. A DatabaseUnreachable, so code that handled the old answer still does."""
+
+
+class ConnectionLost(DatabaseUnreachable):
+    """The connection was lost while a call that is not safe to repeat was in flight (a
+    restart, a terminated backend), so whether it took effect is not known; the message names
+    the call and how to find out before repeating it (docs/errors.md#database-faults)."""
+
+
+class PermissionDenied(InterlockError, psycopg.errors.InsufficientPrivilege):
+    """The role the DSN logged in as may not do this call; the message names that role, the
+    call, and the role that may (docs/operations.md). Nothing was written. Still a psycopg
+    InsufficientPrivilege, so code that caught that keeps working."""
+
+
+class DatabaseConflict(InterlockError, psycopg.errors.TransactionRollback):
+    """Postgres rolled the call's transaction back (a serialization failure, a deadlock, a
+    conflict with recovery on a standby) and the call is not one the runtime repeats by
+    itself; nothing of that transaction was written: run the call again
+    (docs/errors.md#database-faults). Still a psycopg TransactionRollback."""
+
+
+ENVIRONMENT_ERRORS: tuple[type[InterlockError], ...] = (
+    InvalidInput,
+    DatabaseUnreachable,
+    PermissionDenied,
+    DatabaseConflict,
+)
+"""The errors a different argument, DSN, role or a second try fixes: the `interlock` command's
+exit status 2 (docs/errors.md), where a refusal by the runtime is status 1."""
+
+
 class UnknownWorkflow(InterlockError, LookupError):
     """No deployment serves this workflow name (or version)."""
 

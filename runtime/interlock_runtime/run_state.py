@@ -59,6 +59,7 @@ class RetryPolicy:
 
     @property
     def timed(self) -> bool:
+        """True when the policy sets a step timeout (start_to_close or schedule_to_close)."""
         return self.start_to_close is not None or self.schedule_to_close is not None
 
     def delay(self, attempt: int) -> float:
@@ -67,6 +68,9 @@ class RetryPolicy:
         return min(self.initial * self.backoff ** (attempt - 1), cap)
 
     def retries(self, exc: BaseException, attempt: int) -> bool:
+        """Whether attempt number `attempt` (1-based), which raised `exc`, is retried: not
+        once max_attempts is reached, not when schedule_to_close is spent, not for an
+        exception in non_retryable (a class, or a class name matched along its MRO)."""
         if self.max_attempts and attempt >= self.max_attempts:
             return False
         if isinstance(exc, StepTimedOut) and exc.timeout == "schedule_to_close":

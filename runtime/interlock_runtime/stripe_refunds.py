@@ -107,7 +107,7 @@ class StripeRefundTarget:
       `metadata` (values that are not strings are sent as JSON) are passed on.
     - `tier`: 1 for Stripe (the default); 2 and 3 only for a Stripe-compatible server that does
       not deduplicate keys.
-    - `base_url`: the API's address (default `https://api.stripe.com`); tests pass a local
+    - `base_url`: the API's address (default `STRIPE_API`, Stripe's own); tests pass a local
       Stripe-compatible server.
     - `max_network_retries`: the SDK's retries at tier 1 (default 2, fitted into the send
       timeout); at tiers 2 and 3 only 0 is accepted.

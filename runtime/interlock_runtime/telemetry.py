@@ -8,7 +8,8 @@ the API's own no-op tracer and meter apply, and no trace context is ever stored.
 The rest of the runtime touches this module only through small hooks: decorators on the
 functions that make a span (a step attempt, a wait, each stage of an effect, a claimed run),
 `claimed`/`started` one-liners, and `on_event`, which events.emit calls for every worker
-event (outcomes, heartbeat gaps). All the telemetry logic lives here.
+event (outcomes, heartbeat gaps). All the telemetry logic lives here, except setting an SDK
+from the OTEL_* environment variables (telemetry_env.py, which only the CLI calls by itself).
 
 One trace per workflow run: rt.start stores the W3C traceparent of its `interlock.start` span
 with the workflow (column ilr.workflows.traceparent); every claim's `interlock.run` span is a
@@ -21,9 +22,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import importlib
-import importlib.metadata
 import inspect
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +37,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # -- vocabulary: span names -----------------------------------------------------------------------
 
 START = "interlock.start"  # rt.start (the client); the parent of every run span
+SIGNAL = "interlock.signal"  # rt.signal (the client): a signal sent, in the caller's trace
 RUN = "interlock.run"  # one claim of one workflow, from the claim to suspend or end
 CLAIM = "interlock.claim"  # the claim statement, inside its run span
 STEP = "interlock.step"  # one attempt of a step body
@@ -48,7 +48,7 @@ DISPATCH = "interlock.effect.dispatch"  # T_dispatch
 SEND = "interlock.effect.send"  # the watched send (the target's request carries its context)
 COMMIT = "interlock.effect.commit"  # T_commit
 RECOVERY = "interlock.effect.recovery"  # recovery of an open send (T_resolve, maybe a resend)
-SPANS = (START, RUN, CLAIM, STEP, DECIDE, WAIT, EFFECT, DISPATCH, SEND, COMMIT, RECOVERY)
+SPANS = (START, SIGNAL, RUN, CLAIM, STEP, DECIDE, WAIT, EFFECT, DISPATCH, SEND, COMMIT, RECOVERY)
 
 # -- vocabulary: attributes ------------------------------------------------------------------------
 
@@ -218,9 +218,10 @@ _tracing = False  # a tracer provider was set when setup() last looked: make spa
 
 
 def setup() -> bool:
-    """Look once (Worker() calls it) whether a tracer provider is set: with the API alone
-    (its proxy or no-op provider) every span would be a no-op object made and dropped on the
-    hot path, so the worker's spans are skipped altogether. Returns whether spans are made."""
+    """Look once (Worker() calls it, and telemetry_env.configure_from_env after it sets a
+    provider) whether a tracer provider is set: with the API alone (its proxy or no-op
+    provider) every span would be a no-op object made and dropped on the hot path, so the
+    worker's spans are skipped altogether. Returns whether spans are made."""
     global _tracing
     provider = type(_trace.get_tracer_provider()).__name__ if ENABLED else None
     _tracing = provider not in (None, "ProxyTracerProvider", "NoOpTracerProvider")
@@ -304,9 +305,13 @@ def _span(name: str, attributes: Mapping[str, Any], kind: str = "INTERNAL") -> I
             _RETRY.set(False)
 
 
-def traced(name: str, kind: str = "INTERNAL") -> Callable[[F], F]:
+def traced(
+    name: str, kind: str = "INTERNAL", attributes: Callable[..., dict[str, Any]] | None = None
+) -> Callable[[F], F]:
     """A plain span around every call of the decorated function (rt.start: `interlock.start`,
-    a PRODUCER span; `started` stores its context with the workflow)."""
+    a PRODUCER span; `started` stores its context with the workflow). `attributes(*args,
+    **kwargs)`, given the call's arguments, names what the span is about (rt.signal: the
+    workflow and the signal)."""
 
     def decorate(fn: F) -> F:
         if not ENABLED:
@@ -314,12 +319,17 @@ def traced(name: str, kind: str = "INTERNAL") -> Callable[[F], F]:
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with _span(name, {}, kind):
+            with _span(name, attributes(*args, **kwargs) if attributes else {}, kind):
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def signal_attrs(client: Any, wf_id: Any, name: Any, *rest: Any, **kwargs: Any) -> dict[str, Any]:
+    """rt.signal(wf_id, name, ...)'s span attributes: the workflow and the signal's name."""
+    return {WORKFLOW_ID: str(wf_id), NAME: str(name)}
 
 
 def _wrap(
@@ -606,52 +616,3 @@ def on_event(event: str, fields: Mapping[str, Any]) -> None:
     elif event == "heartbeat" and fields.get("gap") is not None:
         assert _instruments is not None
         _instruments.heartbeat_gap.record(fields["gap"])
-
-
-# -- the worker CLI: an SDK from the environment ---------------------------------------------------------
-
-
-def configure_from_env(service: str = "interlock-worker") -> None:
-    """For `interlock worker`: when OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER names an
-    exporter (`console` comes with the SDK, `otlp` with opentelemetry-exporter-otlp) and the
-    SDK is installed, set the global providers with it (the SDK flushes them at exit). Does
-    nothing for a signal whose provider is set already (e.g. under opentelemetry-instrument)."""
-    traces = os.environ.get("OTEL_TRACES_EXPORTER", "none").strip()
-    metrics = os.environ.get("OTEL_METRICS_EXPORTER", "none").strip()
-    if not ENABLED or (traces in ("", "none") and metrics in ("", "none")):
-        return
-    try:
-        sdk_trace = importlib.import_module("opentelemetry.sdk.trace")
-        sdk_export = importlib.import_module("opentelemetry.sdk.trace.export")
-        sdk_metrics = importlib.import_module("opentelemetry.sdk.metrics")
-        sdk_metrics_export = importlib.import_module("opentelemetry.sdk.metrics.export")
-        resources = importlib.import_module("opentelemetry.sdk.resources")
-    except ImportError as exc:
-        raise SystemExit(
-            "interlock worker: OTEL_*_EXPORTER is set but opentelemetry-sdk is not installed "
-            f"({exc.name}): pip install 'interlock-runtime[otel-sdk]'"
-        ) from None
-    resource = resources.Resource.create(
-        {"service.name": os.environ.get("OTEL_SERVICE_NAME", service)}
-    )
-    unset = ("ProxyTracerProvider", "_ProxyMeterProvider")  # the API's before any is set
-    if traces not in ("", "none") and type(_trace.get_tracer_provider()).__name__ in unset:
-        provider = sdk_trace.TracerProvider(resource=resource)
-        provider.add_span_processor(sdk_export.BatchSpanProcessor(_exporter("traces", traces)))
-        _trace.set_tracer_provider(provider)
-    if metrics not in ("", "none") and type(_metrics.get_meter_provider()).__name__ in unset:
-        reader = sdk_metrics_export.PeriodicExportingMetricReader(_exporter("metrics", metrics))
-        _metrics.set_meter_provider(
-            sdk_metrics.MeterProvider(resource=resource, metric_readers=[reader])
-        )
-
-
-def _exporter(signal: str, name: str) -> Any:
-    """The exporter an SDK or exporter package registers under `name` (entry points)."""
-    group = f"opentelemetry_{signal}_exporter"
-    for ep in importlib.metadata.entry_points(group=group):
-        if ep.name == name:
-            return ep.load()()
-    raise SystemExit(f"interlock worker: no OpenTelemetry {signal} exporter named {name!r} is "
-                     "installed (console comes with opentelemetry-sdk; otlp with "
-                     "opentelemetry-exporter-otlp)")  # fmt: skip

@@ -10,6 +10,7 @@ strings) is decided in stored.py (docs/design.md#stored-values).
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -35,6 +36,12 @@ def shown(value: Any) -> str:
     """The value as an error message shows it: its repr, cut so a 10 MB string stays short."""
     text = repr(value)
     return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text)} characters)"
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """` (did you mean 'x'?)` when a known name is close to `word` (a typo), else ''."""
+    close = difflib.get_close_matches(word, sorted(set(known)), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close and close[0] != word else ""
 
 
 def _text_problem(value: str, *, newlines: bool) -> str | None:

@@ -107,16 +107,24 @@ class ResultStatus(Word):
     COMMITTED_ON_QUERY = "COMMITTED_ON_QUERY"
     REAPPLIED_AFTER_QUERY = "REAPPLIED_AFTER_QUERY"
     AMBIGUOUS = "AMBIGUOUS"
-    REFUSED_LEASE = "REFUSED:lease"
+    REFUSED_AUTHORITY = "REFUSED:authority"  # the grant: missing, revoked, expired, not covering
     REFUSED_STALE_PREMISE = "REFUSED:stale_premise"
     REFUSED_CONFLICTING_PAYLOAD = "REFUSED:conflicting_payload"
     REFUSED_CANCELLED = "REFUSED:cancelled"
     REFUSED_TARGET_ERROR = "REFUSED:target_error"
-    REFUSED_LEASE_AT_RECOVERY = "REFUSED:lease_at_recovery"
+    REFUSED_AUTHORITY_AT_RECOVERY = "REFUSED:authority_at_recovery"
     REFUSED_STALE_PREMISE_AT_RECOVERY = "REFUSED:stale_premise_at_recovery"
     REFUSED_CIRCUIT_OPEN = "REFUSED:circuit_open"
     POSTCONDITION_FAILED = "POSTCONDITION_FAILED"
 
+
+# The words of runtimes before 0.2 for the same statuses: "lease" meant the grant, which read as
+# a worker's lease. A result recorded with one reads as its new word (EffectResult), so a
+# workflow replayed across the upgrade sees the word its code now tests for.
+LEGACY_RESULT_STATUSES = {
+    "REFUSED:lease": ResultStatus.REFUSED_AUTHORITY,
+    "REFUSED:lease_at_recovery": ResultStatus.REFUSED_AUTHORITY_AT_RECOVERY,
+}
 
 # The statuses that mean the effect is known to have happened (by this call or an earlier one).
 LANDED_RESULTS = (

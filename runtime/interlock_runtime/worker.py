@@ -51,6 +51,29 @@ class Backoff:
 
 
 class Worker:
+    """Runs plain (`def`) workflows: claims due runs from the database and runs each in a
+    thread of its own, at most `concurrency` at once (docs/design.md#claims). `async def`
+    workflows need `AsyncWorker`, which takes the same arguments and two of its own.
+
+    - `workflows`: the `@workflow` functions served. `run()` registers each (name, version) as
+      a deployment; a pair already deployed with other code raises `CodeChanged` unless
+      `allow_code_change`.
+    - `worker_id`: this worker's name in claims, logs and the target's
+      `X-Interlock-Worker` header (default: host-pid).
+    - `lease_ttl`: seconds a claim lasts unrenewed. A heartbeat thread renews it every third
+      of that; no other worker can claim the run before it expires by the database's clock,
+      and this one stops writing for the run once it could have.
+    - `poll`: the longest pause, in seconds, between two looks for due work.
+    - `queues`: the queues served (docs/queues.md); None serves every queue.
+    - `schedules`: also fire the due schedules (docs/schedules.md).
+    - `max_clock_skew`: how far the clocks of the database servers may differ across a
+      failover, in seconds, below half the lease (docs/deployment.md#clocks).
+
+    Promises: a recorded step never runs again; a run has one live claim at a time and a
+    worker whose claim is gone writes nothing for it; a database outage never ends a workflow
+    (the worker waits it out with capped backoff); SIGTERM or `stop()` finishes the steps in
+    flight and hands the runs back at once."""
+
     # docs/async.md: a worker serves either plain or `async def` workflows (AsyncWorker)
     serves_async = False
 
@@ -67,8 +90,6 @@ class Worker:
         schedules: bool = True,
         max_clock_skew: float = 0.0,
     ):
-        """`queues`: the queues this worker serves (docs/queues.md); None serves every queue.
-        `schedules`: also fire due schedules (docs/schedules.md), whatever workflows they start."""
         if lease_ttl <= 0 or poll <= 0 or concurrency < 1:
             raise ValueError("lease_ttl and poll must be > 0 and concurrency >= 1")
         if not 0 <= max_clock_skew < lease_ttl / 2:
@@ -109,6 +130,10 @@ class Worker:
     # -- lifecycle --------------------------------------------------------------------------
 
     def register(self) -> None:
+        """Check the database, then record the served workflows as deployments, in one
+        transaction. An empty database gets the schema; an older one raises SchemaMismatch
+        (run `interlock db upgrade`); a setting that can lose commits raises UnsafeDatabase.
+        `run()` calls this first; call it yourself to fail fast at start-up."""
         with db.connect(self.dsn) as conn:
             migrations.ensure(conn)
             durability.check(conn)

@@ -1,15 +1,15 @@
-"""Workflow definitions: the @workflow decorator and the code hash that pins a deployment."""
+"""Workflow definitions: the @workflow decorator and what it records (the code hash: code_hash.py)."""
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import re
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar, cast
+
+from . import code_hash
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 
@@ -21,23 +21,14 @@ class WorkflowDef:
     name: str
     version: str
     fn: Callable[..., Any]
-    code_sha256: str
+    code_sha256: str  # code_hash.workflow_sha256: the function and what it uses of its module
     # an `async def` workflow: served by the asyncio worker only (docs/async.md)
     is_async: bool = False
+    legacy_sha256: str = ""  # the whole module's hash, as runtimes before 0.2 recorded it
 
     @property
     def key(self) -> str:
         return f"{self.name}@{self.version}"
-
-
-def module_sha256(fn: Callable[..., Any]) -> str:
-    """sha256 of the source bytes of the module defining fn (docs/design.md#schema: ilr.deployments)."""
-    module = sys.modules.get(fn.__module__)
-    path = inspect.getsourcefile(module) if module else None
-    if path:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
 
 
 def workflow(name: str | None = None, version: str = "1") -> Callable[[F], F]:
@@ -55,7 +46,12 @@ def workflow(name: str | None = None, version: str = "1") -> Callable[[F], F]:
                     "and _ . : -"
                 )
         cast(Any, fn).__interlock_workflow__ = WorkflowDef(
-            wf_name, version, fn, module_sha256(fn), inspect.iscoroutinefunction(fn)
+            wf_name,
+            version,
+            fn,
+            code_hash.workflow_sha256(fn),
+            inspect.iscoroutinefunction(fn),
+            code_hash.module_sha256(fn),
         )
         return fn
 

@@ -149,7 +149,7 @@ def test_a_grant_past_its_expiry_refuses_the_dispatch(dsn, workers, target_facto
         rt.start(flows.policy_refund, "wf-exp", {"id": "k-exp", "target_url": target.url,
                  "payment": PAYMENT, "tier": 2, "payload": {"amount": 2000}, "grant": grant})  # fmt: skip
         out = rt.result("wf-exp", timeout=30)
-    assert out["status"] == "REFUSED:lease"
+    assert out["status"] == "REFUSED:authority"
     assert "expired" in out["reason"]
     assert admin.ledger()["refunds"] == [] and admin.log(path="/refunds", method="POST") == []
 
@@ -167,7 +167,7 @@ def test_an_approval_given_to_one_workflow_does_not_cover_another(
             rt.start(flows.policy_refund, wf, {"id": key, "target_url": target.url,
                      "payment": PAYMENT, "tier": 2, "payload": {"amount": 2000}, "grant": grant})  # fmt: skip
         thief, own = rt.result("wf-thief", timeout=30), rt.result("wf-own", timeout=30)
-    assert thief["status"] == "REFUSED:lease" and "principal_mismatch" in thief["reason"]
+    assert thief["status"] == "REFUSED:authority" and "principal_mismatch" in thief["reason"]
     assert own["status"] == "COMMITTED"
     assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
     assert len(admin.log(path="/refunds", method="POST")) == 1

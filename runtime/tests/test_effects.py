@@ -55,6 +55,7 @@ def test_happy_path_commits_once_with_a_valid_receipt(dsn, workers, target_facto
     assert out["status"] == "COMMITTED" and out["result"]["amount"] == 2000
     assert refunds(admin) == [2000]
     assert eff["state"] == "committed" and eff["sends"] == 1 and eff["grant_id"] == grant
+    assert eff["action"] == "refund"  # recorded at the proposal (describe lists it)
     v = receipts.verify(bundle, b"k")
     assert v["valid"] and v["happened"] is True and v["happened_once"] is True
     assert v["authorized_when_fired"] is True and v["assumptions_held"] is True and v["signed"]
@@ -126,7 +127,7 @@ def test_revoke_during_outage_is_refused_at_recovery(dsn, workers, target_factor
         assert rt.revoke(grant, by="alice") == [eid]  # exactly what may still land
         workers("W2", lease_ttl=1.5)
         out = rt.result("wf-s03", timeout=40)
-    assert out["status"] == ("AMBIGUOUS" if tier == 3 else "REFUSED:lease_at_recovery")
+    assert out["status"] == ("AMBIGUOUS" if tier == 3 else "REFUSED:authority_at_recovery")
     assert refunds(admin) == [] and posts(admin) == []
 
 
@@ -140,7 +141,7 @@ def test_revoked_grant_refuses_the_dispatch(dsn, workers, target_factory) -> Non
         workers("W1")
         out = rt.result("wf-rev", timeout=30)
         v = receipts.verify(rt.receipt(out["effect_id"]))
-    assert out["status"] == "REFUSED:lease" and refunds(admin) == []
+    assert out["status"] == "REFUSED:authority" and refunds(admin) == []
     assert out["reason"].startswith(f"revoked: grant {grant!r} was revoked at ")
     assert v["valid"] and v["happened"] is False and v["refused"]
 
@@ -153,7 +154,7 @@ def test_amount_above_the_grant_cap_is_refused(dsn, workers, target_factory) -> 
                                                       grant=grant))  # fmt: skip
         workers("W1")
         out = rt.result("wf-cap", timeout=30)
-    assert out["status"] == "REFUSED:lease" and refunds(admin) == []
+    assert out["status"] == "REFUSED:authority" and refunds(admin) == []
     assert out["reason"] == "constraint: amount 2000 is above the grant's max 1000"
 
 
@@ -177,7 +178,7 @@ def test_a_grant_covers_only_its_action_and_the_refusal_says_so(
     if why is None:
         assert out["status"] == "COMMITTED" and refunds(admin) == [2000]
     else:
-        assert out["status"] == "REFUSED:lease" and out["reason"].startswith(why)
+        assert out["status"] == "REFUSED:authority" and out["reason"].startswith(why)
         assert refunds(admin) == [] and posts(admin) == []
 
 

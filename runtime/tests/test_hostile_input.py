@@ -4,6 +4,7 @@ InvalidInput (a clear message) and nothing is written. Never another exception."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -17,8 +18,10 @@ from pathlib import Path
 import flows
 import hypothesis.strategies as st
 import psycopg
+import pytest
 from hypothesis import HealthCheck, example, given, seed, settings
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from interlock_runtime import InvalidInput, Runtime, WorkflowNotFound, db, stored, validate
 from interlock_runtime.errors import DatabaseUnreachable
@@ -586,6 +589,284 @@ def test_fuzz_api_json(dsn) -> None:
 
 def test_fuzz_api_dsn(dsn) -> None:
     _api_fuzz(dsn, "dsn")
+
+
+# -- the database-fault axes (docs/errors.md#database-faults) ------------------------------------
+#
+# Role axis: each least-privilege role (sql/roles.sql) x each verb that reads or writes the
+# database, as a real process. Fault axis (exclusive: it restarts the cluster): a verb blocked on
+# a lock when its backend is terminated or the server restarts. Either way: no traceback, a
+# refusal is one line with exit status 1, 2 or 3, and a refused case changes no row of the ilr
+# schema (hashed before and after: the ground truth, not the runtime's own report).
+
+FUZZ_ROLES = int(os.environ.get("ILR_FUZZ_ROLE_EXAMPLES") or 60)
+FUZZ_FAULTS = int(os.environ.get("ILR_FUZZ_FAULT_EXAMPLES") or 12)
+ROLE_LOGINS = {"worker": "ilr_t_fz_worker", "operator": "ilr_t_fz_operator",
+               "auditor": "ilr_t_fz_auditor"}  # fmt: skip
+ROLE_VERBS = {
+    "list": ["list"], "describe": ["describe", "w1"], "query": ["query", "w1"],
+    "result": ["result", "w1", "--timeout", "0.2"], "start": ["start", "echo", "w-role"],
+    "signal": ["signal", "w1", "go"], "cancel": ["cancel", "w2", "--by", "ann"],
+    "fork": ["fork", "w1", "w-fork", "--at-seq", "1"], "migrate": ["migrate", "w1", "--to-version", "1"],
+    "migrate --schema": ["migrate", "--schema"], "drain-report": ["drain-report"],
+    "receipt": ["receipt", "eff_x"], "ambiguous": ["ambiguous"],
+    "reconcile": ["reconcile", "eff_x", "--evidence", "seen", "--by", "ann"],
+    "revoke": ["revoke", "g1", "--by", "ann"], "approve": ["approve", "w1", "--by", "ann", "--payload", "{}"],
+    "db status": ["db", "status"], "db upgrade": ["db", "upgrade"], "breaker list": ["breaker", "list"],
+    "breaker reset": ["breaker", "reset", "t"], "watchdog": ["watchdog"], "roles": ["roles"],
+    "queue set": ["queue", "set", "q1", "--concurrency", "2"], "queue list": ["queue", "list"],
+    "schedule create": ["schedule", "create", "s-role", "echo", "--every", "5m"],
+    "schedule list": ["schedule", "list"], "operator list": ["operator", "list"],
+    "operator disable": ["operator", "disable", "bob"],
+}  # fmt: skip
+"""Every verb that reaches the database and returns (worker and console serve until stopped)."""
+DENIED = {
+    "signal": {"worker", "auditor"}, "approve": {"worker", "auditor"},
+    "revoke": {"worker", "auditor"}, "reconcile": {"worker", "auditor"},
+    "queue set": {"worker", "auditor"}, "breaker reset": {"auditor"}, "start": {"auditor"},
+    "roles": {"worker", "operator", "auditor"}, "operator disable": {"worker", "operator", "auditor"},
+}  # fmt: skip
+"""Verbs a role is refused whatever ran before: permission denied, exit 2, naming the login."""
+
+
+def _role_database(dsn: str) -> dict[str, str]:
+    with db.connect(dsn) as conn:
+        db.apply_roles(conn, {user: role for role, user in ROLE_LOGINS.items()})
+    with Runtime(dsn) as rt:
+        rt.start("echo", "w2", {})
+    return {role: make_conninfo(**{**conninfo_to_dict(dsn), "user": user})
+            for role, user in ROLE_LOGINS.items()}  # fmt: skip
+
+
+def _check_refusal(fig: Counter, argv: list, proc: subprocess.CompletedProcess, changed: int,
+                   login: str | None = None, denied: bool = False) -> None:  # fmt: skip
+    """The contract of a CLI case under a role or a fault (the figures are counted first)."""
+    err = proc.stderr.decode("utf-8", "replace")
+    fig["cases"] += 1
+    fig["tracebacks"] += "Traceback" in err
+    refused = proc.returncode != 0
+    fig["refused"] += refused
+    fig["changed rows"] += changed if refused else 0
+    fig["permission denied"] += "permission denied" in err
+    assert "Traceback" not in err, (argv, err[-2000:])
+    if denied:
+        assert proc.returncode == 2 and "permission denied" in err, (argv, proc.returncode, err)
+    if refused:
+        lines = err.strip().splitlines()
+        assert proc.returncode in (1, 2, 3), (argv, proc.returncode, err)
+        assert len(lines) == 1 and lines[0].startswith("interlock"), (argv, lines)
+        assert changed == 0, (argv, "changed rows", changed)
+    if "permission denied" in err:
+        assert proc.returncode == 2 and f"'{login}'" in err, (argv, err)
+
+
+def test_fuzz_cli_roles(dsn) -> None:
+    """Each role x each verb, seeded (ILR_HYPOTHESIS_SEED); the login is the case's DSN."""
+    fig = _figures("cli roles")
+    _seed_database(dsn)
+    dsns = _role_database(dsn)
+
+    @seed(FUZZ_SEED)
+    @settings(max_examples=FUZZ_ROLES, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(role=st.sampled_from(sorted(ROLE_LOGINS)), verb=st.sampled_from(sorted(ROLE_VERBS)))
+    def check(role: str, verb: str) -> None:
+        argv = ROLE_VERBS[verb]
+        with db.connect(dsn) as conn:
+            before = _snapshot(conn)
+            try:
+                proc = _run_cli(dsn, argv, dsns[role], _time_limit())
+            except subprocess.TimeoutExpired:
+                fig["hangs"] += 1
+                raise AssertionError(f"interlock {argv!r} as {role} hung") from None
+            changed = _changed(before, _snapshot(conn))
+        _check_refusal(fig, [role, *argv], proc, changed, ROLE_LOGINS[role],
+                       denied=role in DENIED.get(verb, ()))  # fmt: skip
+
+    for role, verbs in sorted(
+        {r: [v for v in DENIED if r in DENIED[v]] for r in ROLE_LOGINS}.items()
+    ):
+        for verb in verbs:  # every refusal the roles promise, in every run
+            check = example(role=role, verb=verb)(check)
+    check()
+
+
+API_CALLS = {
+    "ambiguous": lambda rt: rt.ambiguous(), "approve": lambda rt: rt.approve("w1", {}, by="ann"),
+    "breakers": lambda rt: rt.breakers(), "cancel": lambda rt: rt.cancel("w2", by="ann"),
+    "claim_history": lambda rt: rt.claim_history("w1"),
+    "create_schedule": lambda rt: rt.create_schedule("s-api", "echo", every=300),
+    "delete_schedule": lambda rt: rt.delete_schedule("s-api"),
+    "deployments": lambda rt: rt.deployments(), "describe": lambda rt: rt.describe("w1"),
+    "describe_queue": lambda rt: rt.describe_queue("default"),
+    "describe_schedule": lambda rt: rt.describe_schedule("s-api"),
+    "drain_report": lambda rt: rt.drain_report(), "effects": lambda rt: rt.effects("w1"),
+    "fork": lambda rt: rt.fork("w1", 1, "w-fork"),
+    "grant": lambda rt: rt.grant("agent", "refund", by="ann"), "list": lambda rt: rt.list(),
+    "migrate": lambda rt: rt.migrate("w1", "1"),
+    "pause_schedule": lambda rt: rt.pause_schedule("s-api"), "query": lambda rt: rt.query("w1"),
+    "queue": lambda rt: rt.queue("q1", concurrency=2), "queues": lambda rt: rt.queues(),
+    "receipt": lambda rt: rt.receipt("eff_x"),
+    "reconcile": lambda rt: rt.reconcile("eff_x", "seen", by="ann"),
+    "recover_orphans": lambda rt: rt.recover_orphans({}),
+    "register": lambda rt: rt.register(flows.echo), "reset_breaker": lambda rt: rt.reset_breaker("t"),
+    "result": lambda rt: rt.result("w1", timeout=0), "result_now": lambda rt: rt.result_now("w1"),
+    "resume_schedule": lambda rt: rt.resume_schedule("s-api"),
+    "revoke": lambda rt: rt.revoke("g1", by="ann"), "schedules": lambda rt: rt.schedules(),
+    "signal": lambda rt: rt.signal("w1", "go"), "start": lambda rt: rt.start("echo", "w-api"),
+    "status_record": lambda rt: rt.status_record("w1"),
+    "trigger_schedule": lambda rt: rt.trigger_schedule("s-api"),
+}  # fmt: skip
+"""A call of each public method of Runtime that reaches the database (handle reads nothing)."""
+API_DENIED = {"approve": {"worker", "auditor"}, "signal": {"worker", "auditor"},
+              "revoke": {"worker", "auditor"}, "grant": {"worker", "auditor"},
+              "queue": {"worker", "auditor"}, "start": {"auditor"}, "register": {"auditor"},
+              "create_schedule": {"worker", "auditor"}}  # fmt: skip
+
+
+def test_fuzz_api_roles(dsn) -> None:
+    """Each role x each public method, through Runtime and AsyncRuntime, seeded: a refusal is a
+    documented InterlockError (or result's TimeoutError) on one line and changes no row."""
+    from interlock_runtime import AsyncRuntime, InterlockError
+    from interlock_runtime.errors import PermissionDenied
+
+    fig = _figures("api roles")
+    _seed_database(dsn)
+    dsns = _role_database(dsn)
+    clients = {role: Runtime(d) for role, d in dsns.items()}
+
+    def via_async(role: str, call):
+        async def main() -> None:
+            async with AsyncRuntime(dsns[role]) as art:
+                await asyncio.to_thread(call, await art.runtime())
+                await art.list()
+
+        asyncio.run(main())
+
+    @seed(FUZZ_SEED)
+    @settings(max_examples=FUZZ_ROLES, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(role=st.sampled_from(sorted(ROLE_LOGINS)), method=st.sampled_from(sorted(API_CALLS)),
+           client=st.sampled_from(["sync", "async"]))  # fmt: skip
+    def check(role: str, method: str, client: str) -> None:
+        call = API_CALLS[method]
+        with db.connect(dsn) as conn:
+            before = _snapshot(conn)
+            if client == "sync":
+                done, exc = _within(_time_limit(), lambda: call(clients[role]))
+            else:
+                done, exc = _within(_time_limit(), lambda: via_async(role, call))
+            changed = _changed(before, _snapshot(conn))
+        fig["cases"] += 1
+        fig["hangs"] += not done
+        assert done, (role, method, client, "hung")
+        documented = exc is None or isinstance(exc, InterlockError | TimeoutError)
+        fig["tracebacks"] += not documented
+        assert documented, (role, method, client, repr(exc))
+        if exc is not None:
+            fig["refused"] += 1
+            fig["changed rows"] += changed
+            assert "\n" not in str(exc) and changed == 0, (role, method, str(exc), changed)
+        if role in API_DENIED.get(method, ()):
+            assert isinstance(exc, PermissionDenied), (role, method, repr(exc))
+            assert f"'{ROLE_LOGINS[role]}'" in str(exc) and f"rt.{method} needs" in str(exc)
+
+    try:
+        for method, roles in sorted(API_DENIED.items()):
+            for role in sorted(roles):
+                check = example(role=role, method=method, client="sync")(check)
+        check()
+    finally:
+        for rt in clients.values():
+            rt.close()
+
+
+FAULT_VERBS = ["list", "describe", "query", "result", "start", "signal", "cancel", "fork",
+               "migrate", "drain-report", "receipt", "reconcile", "revoke", "approve",
+               "breaker list", "breaker reset", "watchdog", "queue set", "queue list",
+               "schedule create", "schedule list"]  # fmt: skip
+GOES_ON = {"list", "describe", "query", "start", "migrate", "drain-report", "receipt",
+           "breaker list", "breaker reset", "schedule list"}  # fmt: skip
+"""Verbs whose client call is safe to repeat (db_faults.SAFE_TO_REPEAT): struck by a fault, they
+reconnect and go on (exit 0, or 1 for a refusal), never exit 2."""
+FAULT_APP = "ilr-fuzz-fault"
+
+
+def _lock_everything(holder: psycopg.Connection) -> None:
+    """Every ilr table but the schema's version, locked in the holder's open transaction: a verb
+    that touches one waits, so its backend is busy when the fault strikes."""
+    tables = [r["tablename"] for r in holder.execute(
+        "select tablename from pg_tables where schemaname = 'ilr' and tablename <> "
+        "'schema_version' order by tablename")]  # fmt: skip
+    holder.execute(sql.SQL("lock table {} in access exclusive mode").format(
+        sql.SQL(", ").join(sql.Identifier("ilr", t) for t in tables)))  # fmt: skip
+
+
+def _waiting_backend(admin: psycopg.Connection) -> int | None:
+    row = admin.execute("select pid from pg_stat_activity where application_name = %s and "
+                        "wait_event_type = 'Lock'", (FAULT_APP,)).fetchone()  # fmt: skip
+    return None if row is None else row["pid"]
+
+
+@pytest.mark.exclusive  # restarts the cluster: every other test would see it
+def test_fuzz_cli_faults(dsn, capsys) -> None:
+    """A verb waiting on a lock when its backend is terminated or the server restarts, seeded
+    (ILR_HYPOTHESIS_SEED). It goes on (exit 0: a safe call repeated) or stops with one line;
+    a stopped one changed no row. Then the figures of this axis are printed."""
+    from interlock_runtime import local_postgres
+
+    fig = _figures("cli faults")
+    _seed_database(dsn)
+    with Runtime(dsn) as rt:
+        rt.start("echo", "w2", {})
+    env = dict(os.environ, PGAPPNAME=FAULT_APP,
+               PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+
+    @seed(FUZZ_SEED)
+    @settings(max_examples=FUZZ_FAULTS, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(fault=st.sampled_from(["terminate", "restart"]), verb=st.sampled_from(FAULT_VERBS))
+    def check(fault: str, verb: str) -> None:
+        argv = ROLE_VERBS[verb]
+        with db.connect(dsn) as conn:
+            before = _snapshot(conn)
+        holder = db.connect(dsn)
+        holder.execute("begin")
+        _lock_everything(holder)
+        proc = subprocess.Popen([sys.executable, "-m", "interlock_runtime.cli", *argv, "--dsn", dsn],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=TESTS)  # fmt: skip
+        with db.connect(dsn) as admin:
+            deadline = time.monotonic() + 20
+            while proc.poll() is None and _waiting_backend(admin) is None:
+                assert time.monotonic() < deadline, f"{argv} neither waited nor ended"
+                time.sleep(0.02)
+            pid = _waiting_backend(admin)
+            if pid is not None and fault == "terminate":
+                admin.execute("select pg_terminate_backend(%s)", (pid,))
+        fig[f"{fault} struck"] += pid is not None
+        if pid is not None and fault == "restart":
+            local_postgres.restart_immediate()  # the holder's lock goes with it
+        else:
+            holder.execute("rollback")
+        holder.close()
+        try:
+            out, err = proc.communicate(timeout=_time_limit() + 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            fig["hangs"] += 1
+            raise AssertionError(f"interlock {argv!r} hung after a {fault}") from None
+        with db.connect(dsn) as conn:
+            changed = _changed(before, _snapshot(conn))
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        fig[f"{fault}: exit {proc.returncode}"] += 1
+        if os.environ.get("ILR_FUZZ_VERBOSE"):
+            print(fault, argv, proc.returncode, err.decode("utf-8", "replace").strip()[:300])
+        _check_refusal(fig, [fault, *argv], done, changed)
+        if pid is not None and verb in GOES_ON:
+            assert proc.returncode in (0, 1), (fault, argv, proc.returncode, err[-1000:])
+
+    check()
+    with capsys.disabled():
+        print(f"\ndatabase-fault fuzz (hypothesis seed {FUZZ_SEED}, rerun with "
+              f"ILR_HYPOTHESIS_SEED={FUZZ_SEED}; ILR_FUZZ_FAULT_EXAMPLES={FUZZ_FAULTS}): {dict(fig)}")  # fmt: skip
+    assert fig["tracebacks"] == fig["hangs"] == fig["changed rows"] == 0, fig
 
 
 def test_fuzz_figures(capsys) -> None:

@@ -47,7 +47,7 @@ def test_a_port_taken_by_something_else_is_a_clear_error(tmp_path) -> None:
         port = squatter.getsockname()[1]
         env = dict(os.environ, ILR_PG_PORT=str(port), ILR_DATA=str(tmp_path / "data"))
         proc = _cli("pg", "start", env=env)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert f"port {port}" in proc.stderr and "taken by another process" in proc.stderr
     assert "ILR_DSN" in proc.stderr
 

@@ -327,7 +327,7 @@ def test_new_user_installs_the_wheel_and_sends_an_approved_invoice_mail(
         sent = {number: results[number] for number in ("INV-1001", "INV-1002")}
         assert [r["status"] for r in sent.values()] == ["COMMITTED", "COMMITTED"], sent
         refused = results["INV-1003"]
-        assert refused["status"] == "REFUSED:lease", refused
+        assert refused["status"] == "REFUSED:authority", refused
         assert (refused["reason"] or "").startswith("payload_not_approved"), refused
         keys = sorted(d["key"] for d in mail_api.deliveries)
         assert keys == sorted(r["effect_id"] for r in sent.values()), mail_api.deliveries

@@ -32,7 +32,7 @@ def test_a_payload_redecided_after_approval_is_refused_and_nothing_is_sent(
                            by="alice")  # fmt: skip
         out = rt.result("wf-bind", timeout=30)
         bundle = rt.receipt(out["effect_id"])
-    assert out["status"] == "REFUSED:lease", out
+    assert out["status"] == "REFUSED:authority", out
     assert out["reason"].startswith(f"payload_not_approved: grant {grant!r} approves one exact "
                                     "payload and this is another"), out  # fmt: skip
     assert admin.log(path="/refunds", method="POST") == []

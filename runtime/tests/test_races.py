@@ -115,7 +115,7 @@ def test_revoke_committed_first_refuses_the_dispatch(dsn, setup, target) -> None
         wait_for(lambda: backend_waiting(observer, conn.info.backend_pid, "Lock"), 10,
                  "T_dispatch to wait on the grant")  # fmt: skip
     thread.join(20)
-    assert box["value"].status == "REFUSED:lease"
+    assert box["value"].status == "REFUSED:authority"
     assert TargetAdmin(target.url).ledger()["refunds"] == []
 
 

@@ -210,7 +210,10 @@ def test_one_trace_from_start_through_claim_step_and_effect_to_the_target(dsn, s
     handler = logging.Handler()
     handler.emit = lambda record: lines.append(json.loads(JsonLines().format(record)))  # type: ignore[method-assign]
     log.addHandler(handler)
-    level, log.level = log.level, logging.INFO
+    # setLevel, not `log.level =`: it clears the logger's cache of isEnabledFor answers, which
+    # an earlier in-process worker of this test process may have filled while INFO was off
+    level = log.level
+    log.setLevel(logging.INFO)
     try:
         with TRACER.start_as_current_span("caller") as caller:
             rt.start(otel_pay, "pay-1", {"amount": 700, "url": url, "grant": grant})
@@ -218,7 +221,7 @@ def test_one_trace_from_start_through_claim_step_and_effect_to_the_target(dsn, s
             assert rt.result("pay-1", timeout=20) == "COMMITTED"
     finally:
         log.removeHandler(handler)
-        log.level = level
+        log.setLevel(level)
     tid = caller.get_span_context().trace_id
     spans = spans_of(tid)
     by_id = {s.context.span_id: s for s in spans}

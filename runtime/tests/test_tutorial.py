@@ -15,13 +15,14 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from test_new_user import REPO, build_wheel, check_wheel_contents, run
+
+from world.temporal_server import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -49,12 +50,6 @@ def test_extract_finds_the_pages_files_and_blocks() -> None:
     # a marker that is not right before its fence is a mistake in the page, not a skipped block
     markers = PAGE.read_text().count("<!-- tutorial:")
     assert markers == len(files) + len(blocks)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_tutorial_runs_as_written_from_the_wheel(tmp_path: Path) -> None:

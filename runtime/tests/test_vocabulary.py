@@ -64,3 +64,17 @@ def test_derived_lists_come_from_the_vocabulary() -> None:
     assert journal.KINDS == EntryKind.values()
     assert set(vocabulary.LANDED_RESULTS) < set(ResultStatus)
     assert all(issubclass(e, Word) for _, _, e in CHECKED)
+
+
+def test_a_result_recorded_in_an_older_word_reads_in_todays() -> None:
+    """docs/operations.md#words-that-changed: a step row written before 0.2 holds
+    REFUSED:lease; the workflow replaying it must see REFUSED:authority, the word its code now
+    tests for, and the legacy words are no longer statuses of their own."""
+    from interlock_runtime.effects import EffectResult
+
+    old = EffectResult(**{"status": "REFUSED:lease", "effect_id": "eff_1", "reason": "revoked"})
+    assert old.status == ResultStatus.REFUSED_AUTHORITY and old.refused
+    again = EffectResult("REFUSED:lease_at_recovery", "eff_1")
+    assert again.status == "REFUSED:authority_at_recovery"
+    assert not set(vocabulary.LEGACY_RESULT_STATUSES) & set(ResultStatus.values())
+    assert all("lease" not in s for s in ResultStatus.values())

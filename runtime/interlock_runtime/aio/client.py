@@ -24,7 +24,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from .. import db
+import psycopg
+
+from .. import db, db_faults
 from ..client.connection import check_id
 from ..runtime import ResultWait, Runtime
 
@@ -58,6 +60,7 @@ class AsyncRuntime:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the client's connections (what leaving `async with` does); safe to repeat."""
         if self._rt is not None:
             rt, self._rt = self._rt, None
             await asyncio.to_thread(rt.close)
@@ -109,7 +112,13 @@ class AsyncRuntime:
         with ResultWait(rt, wf_id, timeout, poll, wake) as wait:
             while True:
                 woken.clear()
-                ended, value, pause = await asyncio.to_thread(wait.look, raw)
+                try:
+                    ended, value, pause = await asyncio.to_thread(wait.look, raw)
+                except psycopg.Error as exc:  # past the deadline: docs/errors.md#database-faults
+                    fault = db_faults.answer(exc, "result", rt.dsn)
+                    if fault is exc:
+                        raise
+                    raise fault from None
                 if ended:
                     return value
                 try:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from .. import local_postgres, validate
 from .. import queues as queueing
 from ..cli_parsing import Parser, checked
-from ..errors import DatabaseUnreachable, InterlockError, InvalidInput
+from ..errors import ENVIRONMENT_ERRORS, InterlockError, InvalidInput
 from ..vocabulary import WorkflowStatus
 
 if TYPE_CHECKING:
@@ -75,8 +75,10 @@ def _pg(args: argparse.Namespace) -> int:
         print(f"postgres: {action()}")
         return 0
     except local_postgres.PostgresError as exc:
+        # the cluster cannot be managed here (no binaries, a port taken, ...): like an
+        # unreachable database, the environment's to fix, so exit status 2
         print(f"interlock pg {args.action}: {exc}", file=sys.stderr)
-        return 1
+        return 2
 
 
 def _worker(rest: list[str]) -> int:
@@ -185,6 +187,10 @@ def _describe(args: argparse.Namespace) -> int:
     print("\nclaims")
     print_table(wf["claims"], ["epoch", "owner", "version", "claimed_at", "prev_status",
                                "prev_lease_expires_at"])  # fmt: skip
+    # the ids `interlock receipt EFFECT_ID` takes
+    print("\neffects")
+    print_table(wf["effects"], ["effect_id", "state", "action", "target", "tier", "sends",
+                                "grant_id"])  # fmt: skip
     return 0
 
 
@@ -195,6 +201,13 @@ def _query(args: argparse.Namespace) -> int:
         return show(rt.status_record(args.id), args.json)
 
 
+def _telemetry_from_env() -> None:
+    """start and signal make a span: the CLI is the application, so OTEL_* configures it."""
+    from ..telemetry_env import configure_from_env
+
+    configure_from_env("interlock-cli")  # docs/observability.md#configuring
+
+
 def _signal(args: argparse.Namespace) -> int:
     payload = validate.parse_json(args.payload, "--payload")
     if args.name == "approve" and not (isinstance(payload, dict) and "grant_id" in payload):
@@ -202,15 +215,30 @@ def _signal(args: argparse.Namespace) -> int:
               f"run `interlock approve {args.id} --by WHO [--payload JSON]`; nothing was sent",
               file=sys.stderr)  # fmt: skip
         return 2
+    _telemetry_from_env()
     with _runtime(args) as rt:
         signal_id = rt.signal(args.id, args.name, payload, sender=args.sender)
+        waits_for = (rt.describe(args.id).get("waiting") or {}).get("signal")
     print(f"signal {args.name!r} delivered to {args.id} (signal id {signal_id})")
+    hint = validate.did_you_mean(args.name, [waits_for] if waits_for else [])
+    if hint:  # kept: a signal may come before its wait, but this one looks like a typo
+        print(f"interlock signal: note: {args.id} waits for signal {waits_for!r}, and nothing "
+              f"waits for {args.name!r} yet{hint}", file=sys.stderr)  # fmt: skip
     return 0
 
 
 def _start(args: argparse.Namespace) -> int:
     value = validate.parse_json(args.input, "--input")
+    _telemetry_from_env()
     with _runtime(args) as rt:
+        deployed = {d["name"] for d in rt.deployments()}
+        hint = validate.did_you_mean(args.name, deployed)
+        if args.name not in deployed and hint and not args.await_worker:
+            # a typo of a deployed name would otherwise wait for ever for a worker
+            print(f"interlock start: no deployment serves {args.name!r}{hint}; nothing was "
+                  f"started. To start it for a worker that will serve {args.name!r}, pass "
+                  "--await-worker", file=sys.stderr)  # fmt: skip
+            return 2
         wf_id = rt.start(args.name, args.id, value, version=args.version, queue=args.queue,
                          priority=args.priority, queue_key=args.queue_key,
                          dedup_id=args.dedup_id, wait_for_worker=not args.require_deployed,
@@ -481,6 +509,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-deployed", action="store_true",
                    help="refuse (exit 1) when no deployment serves the workflow, instead of "
                    "recording it as awaiting_worker until a worker serves it")  # fmt: skip
+    p.add_argument("--await-worker", action="store_true",
+                   help="start it awaiting a worker even when its name is close to a deployed "
+                   "one (without this, such a name is taken for a typo: exit 2, nothing "
+                   "started)")  # fmt: skip
     p = verb("result", _result, "wait for a workflow's result")
     p.add_argument("id", help="the workflow id")
     p.add_argument("--timeout", type=checked(_seconds), default=None, metavar="SECONDS",
@@ -665,20 +697,23 @@ def run(command: str, dsn: Callable[[], str], body: Callable[[], int]) -> int:
     line and exit 1; a closed stdout pipe ends quietly; never a traceback for any of these."""
     import psycopg
 
-    from .. import db
+    from .. import db, db_faults
 
+    caller = db_faults.CALLER.set(f"interlock {command}")  # a refusal names the verb
     try:
         return body()
-    except (InvalidInput, DatabaseUnreachable) as exc:
+    except ENVIRONMENT_ERRORS as exc:  # bad input, no database, a role without the privilege
         print(f"interlock {command}: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    except psycopg.OperationalError as exc:  # the connection was lost during the command
-        print(f"interlock {command}: {db.explain(dsn(), exc)}", file=sys.stderr)
         return 2
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
         print(f"interlock {command}: the database at {db.address(dsn())} has no Interlock schema "
               f"({' '.join(str(exc).split())[:120]}); run `interlock db upgrade --dsn ...` or "
               "check the DSN", file=sys.stderr)  # fmt: skip
+        return 2
+    except psycopg.Error as exc:  # a verb's own connection: docs/errors.md#database-faults
+        fault = db_faults.answer(exc, f"interlock {command}", dsn())
+        text = str(fault) if fault is not exc else f"the database refused the command: {exc}"
+        print(f"interlock {command}: {' '.join(text.split())}", file=sys.stderr)
         return 2
     except InterlockError as exc:
         print(f"interlock {command}: {exc}", file=sys.stderr)
@@ -689,6 +724,8 @@ def run(command: str, dsn: Callable[[], str], body: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(f"interlock {command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        db_faults.CALLER.reset(caller)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import validate
 from ..cli_parsing import Parser, checked
-from ..errors import DatabaseUnreachable, InterlockError
+from ..errors import ENVIRONMENT_ERRORS, InterlockError
 from ..views import decided, proposed_payload
 
 
@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # bad input, InvalidInput included
         print(f"interlock approve: {exc}; nothing was approved", file=sys.stderr)
         return 2
-    except DatabaseUnreachable as exc:
-        print(f"interlock approve: {exc}", file=sys.stderr)
+    except ENVIRONMENT_ERRORS as exc:  # no database, a role without the privilege, a conflict
+        print(f"interlock approve: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except InterlockError as exc:
         print(f"interlock approve: {exc}", file=sys.stderr)

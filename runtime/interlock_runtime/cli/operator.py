@@ -24,7 +24,7 @@ from typing import TextIO
 from .. import db, local_postgres, migrations
 from ..cli_parsing import HelpFormatter
 from ..console import auth
-from ..errors import DatabaseUnreachable, InterlockError, InvalidInput
+from ..errors import ENVIRONMENT_ERRORS, InterlockError, InvalidInput
 
 COLUMNS = ["name", "created_at", "created_by", "disabled_at", "sessions", "last_login"]
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None) -> int:
                     print(json.dumps(rows, indent=2, default=str))
                 else:
                     _table(rows)
-    except (InvalidInput, DatabaseUnreachable) as exc:  # the CLI's error contract (cli.run)
+    except ENVIRONMENT_ERRORS as exc:  # the CLI's error contract (cli.run)
         print(f"interlock operator {args.action}: {exc}", file=sys.stderr)
         return 2
     except InterlockError as exc:  # refused: the name is taken, no such operator

@@ -24,7 +24,7 @@ from typing import Any
 from .. import db, local_postgres, migrations, validate
 from .. import queues as queueing
 from ..cli_parsing import Parser, checked
-from ..errors import DatabaseUnreachable, InterlockError, InvalidInput
+from ..errors import ENVIRONMENT_ERRORS, InterlockError, InvalidInput
 
 COLUMNS = ["name", "concurrency", "worker_concurrency", "per_key_concurrency", "rate",
            "per_key_rate", "running", "ready", "waiting", "awaiting_worker"]  # fmt: skip
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except (InvalidInput, DatabaseUnreachable) as exc:  # the CLI's error contract (cli.run)
+    except ENVIRONMENT_ERRORS as exc:  # the CLI's error contract (cli.run)
         print(f"interlock queue {args.action}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except InterlockError as exc:  # refused: no such queue

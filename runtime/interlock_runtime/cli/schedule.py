@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import local_postgres, schedules, validate
 from ..cli_parsing import Parser, checked
-from ..errors import DatabaseUnreachable, InterlockError, InvalidInput
+from ..errors import ENVIRONMENT_ERRORS, InterlockError, InvalidInput
 from ..runtime import Runtime
 from ..vocabulary import ScheduleOverlap
 
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         return _run(args)
-    except (InvalidInput, DatabaseUnreachable) as exc:  # the CLI's error contract (cli.run)
+    except ENVIRONMENT_ERRORS as exc:  # the CLI's error contract (cli.run)
         print(f"interlock schedule {args.action}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except InterlockError as exc:  # refused: no such schedule, a conflicting definition

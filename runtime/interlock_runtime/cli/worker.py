@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import pkgutil
 import signal
 import sys
+from types import ModuleType
 
 from .. import local_postgres, validate
 from ..aio.worker import AsyncWorker
@@ -15,7 +17,7 @@ from ..cli_parsing import Parser, checked
 from ..errors import CodeChanged, UnsafeDatabase
 from ..events import LOG_FORMATS, LOG_LEVELS, formatter, log
 from ..queues import served
-from ..telemetry import configure_from_env
+from ..telemetry_env import configure_from_env
 from ..worker import Worker
 from ..workflow import WorkflowDef, collect
 
@@ -72,24 +74,54 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def select_workflows(modules: list[str], only: str | None) -> list[WorkflowDef]:
+class CannotServe(Exception):
+    """A --module or --only the worker cannot serve: its one line, exit status 2."""
+
+
+def _siblings(name: str) -> list[str]:
+    """The importable names beside `name`: top-level modules, or the parent's submodules."""
+    parent, _, _ = name.rpartition(".")
+    if not parent:
+        return [m.name for m in pkgutil.iter_modules()]
     try:
-        loaded = [importlib.import_module(m) for m in modules]
+        path = getattr(importlib.import_module(parent), "__path__", [])
+    except ImportError:
+        return []
+    return [f"{parent}.{m.name}" for m in pkgutil.iter_modules(path)]
+
+
+def load_module(name: str) -> ModuleType:
+    """Import a --module as Python imports anything (its directory must be on sys.path)."""
+    try:
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        # imported as Python imports anything: the module's directory must be on sys.path
-        raise SystemExit(
-            f"interlock worker: cannot import {exc.name!r}; put the directory that holds it on "
-            f"PYTHONPATH (or run `python -m interlock_runtime.cli.worker` from that directory)"
+        missing = exc.name or name
+        if missing != name and not name.startswith(missing + "."):
+            raise CannotServe(
+                f"{name!r} imports {missing!r}, which is not installed where this worker runs: "
+                f"install it into the worker's environment"
+            ) from None
+        raise CannotServe(
+            f"cannot import {name!r}{validate.did_you_mean(name, _siblings(name))}; put the "
+            f"directory that holds it on PYTHONPATH (or run `python -m "
+            f"interlock_runtime.cli.worker` from that directory)"
         ) from None
-    defs = collect(loaded)
+
+
+def select_workflows(modules: list[str], only: str | None) -> list[WorkflowDef]:
+    defs = collect([load_module(m) for m in modules])
+    if not defs:
+        raise CannotServe(f"no @workflow found in {', '.join(modules)}")
     if not only:
         return defs
     wanted = {item.strip() for item in only.split(",") if item.strip()}
-    unknown = wanted - {d.key for d in defs}
+    keys = [d.key for d in defs]
+    unknown = sorted(wanted - set(keys))
     if unknown:
-        raise SystemExit(
-            f"interlock worker: --only names {', '.join(sorted(unknown))}, which the modules do "
-            f"not define; they define: {', '.join(d.key for d in defs) or 'nothing'}"
+        hint = validate.did_you_mean(unknown[0], keys) if len(unknown) == 1 else ""
+        raise CannotServe(
+            f"--only names {', '.join(unknown)}{hint}, which the modules do not define; "
+            f"they define: {', '.join(keys)}"
         )
     return [d for d in defs if d.key in wanted]
 
@@ -101,12 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     log.addHandler(handler)
     log.setLevel(args.log_level.upper())
     log.propagate = False
-    defs = select_workflows(args.module, args.only)
-    if not defs:
-        print(f"interlock worker: no @workflow found in {', '.join(args.module)}", file=sys.stderr)
-        return 1
+    try:
+        defs = select_workflows(args.module, args.only)
+    except CannotServe as exc:
+        print(f"interlock worker: {exc}", file=sys.stderr)
+        return 2
     cls = AsyncWorker if args.use_async or all(d.is_async for d in defs) else Worker
     try:
+        # before the worker: Worker() looks once whether a tracer provider is set
+        configure_from_env("interlock-worker")  # OTEL_* (docs/observability.md#configuring)
         worker = cls(
             args.dsn or local_postgres.dsn(),
             defs,
@@ -122,7 +157,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"interlock worker: {exc}", file=sys.stderr)
         return 2
-    configure_from_env()  # OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (docs/observability.md)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     try:

@@ -15,6 +15,7 @@ message, and an unreachable database is DatabaseUnreachable naming the address.
 from __future__ import annotations
 
 import builtins
+import functools
 from typing import Any
 
 import psycopg
@@ -26,11 +27,17 @@ from ..vocabulary import WorkflowStatus
 from ..workflow import definition
 from .connection import MAX_LIST_LIMIT, check_id, input_text
 from .handles import WorkflowHandle
+from .input_door import InputDoor
 from .operations import WorkflowOperations
 
 
 class Client(WorkflowOperations):
     """Start and list workflows; `handle(wf_id)` for one workflow's operations."""
+
+    @functools.cached_property
+    def _door(self) -> InputDoor:
+        """The check of start inputs at the door, and the descriptions last read."""
+        return InputDoor()
 
     def handle(self, wf_id: str) -> WorkflowHandle:
         """The handle of workflow `wf_id`: its operations without the id (h.result(),
@@ -57,8 +64,11 @@ class Client(WorkflowOperations):
 
         The input is JSON, or typed values (dataclasses, pydantic models, datetimes, ...)
         recorded with their type so the workflow gets the same type (docs/typed.md); anything
-        else is refused before anything is written. A second start with the same id and the
-        same name and input returns the id; a different one raises WorkflowConflict.
+        else is refused before anything is written. When the workflow declares its input type
+        (a dataclass or a pydantic model), an input that does not fit it is refused too,
+        InvalidInput naming the field, nothing written (docs/typed.md#checked-at-the-door). A
+        second start with the same id and the same name and input returns the id; a different
+        one raises WorkflowConflict.
 
         `queue` (default: the default queue, which has no limits), `priority` (lower runs
         first, 0 default), `queue_key` (what per-key limits count, e.g. a customer) and
@@ -76,11 +86,19 @@ class Client(WorkflowOperations):
         check_id(wf_id)
         execution_timeout = timeouts.check_seconds(execution_timeout, "execution_timeout")
         version = validate.optional_name(version, "version")
-        text = input_text(codec.encode(input, "workflow input"))
+        encoded = codec.encode(input, "workflow input")
+        text = input_text(encoded)
+        # The input's check at the door (docs/typed.md#checked-at-the-door): against the class
+        # here, before any round trip, when the function is at hand and its version is the one
+        # started; else against the deployment's stored description, in the start's transaction.
+        checked = False
         if isinstance(workflow, str):
             name = validate.name(workflow, "workflow name")
         else:
             wf = definition(workflow)
+            if version is None or version == wf.version:
+                self._door.check_local(wf, wf_id, encoded)
+                checked = True
             self.register(wf)
             name, version = wf.name, version or wf.version
         # Queues and starts before a worker exists: docs/queues.md. A name no deployment serves
@@ -89,7 +107,10 @@ class Client(WorkflowOperations):
                 "priority": queueing.priority(priority),
                 "queue_key": validate.optional_name(queue_key, "queue_key"),
                 "dedup_id": validate.optional_name(dedup_id, "dedup_id")}  # fmt: skip
-        if execution_timeout is None and self._start_served(wf_id, name, version, opts):
+        schema_md5 = None if checked else self._door.remembered(name, version, encoded)
+        if execution_timeout is None and self._start_served(
+            wf_id, name, version, opts, checked, schema_md5
+        ):
             return wf_id
         try:
             resolved: str | None = self._resolve_version(name, version)
@@ -98,8 +119,9 @@ class Client(WorkflowOperations):
                 raise
             resolved = None
         with self._transaction() as conn:
+            door = None if checked else self._door.in_transaction(name, version, wf_id, encoded)
             inserted, _ = queueing.start_in(conn, wf_id=wf_id, version=resolved,
-                                            wanted_version=version, **opts)  # fmt: skip
+                                            wanted_version=version, check=door, **opts)  # fmt: skip
             if inserted:
                 if execution_timeout is not None:  # same transaction: now() is the start's
                     timeouts.set_deadline(conn, wf_id, execution_timeout)
@@ -123,7 +145,8 @@ class Client(WorkflowOperations):
         )
 
     def _start_served(self, wf_id: str, name: str, version: str | None,
-                      opts: dict[str, Any]) -> bool:  # fmt: skip
+                      opts: dict[str, Any], checked: bool,
+                      schema_md5: str | None) -> bool:  # fmt: skip
         """The usual start in one statement and one round trip (queues.start_served). False:
         nothing written, or not known to be; the general form that follows finds out (a start
         is idempotent on its id, so a statement lost with its connection is safe to repeat)."""
@@ -131,7 +154,8 @@ class Client(WorkflowOperations):
         try:
             with self._lock:
                 inserted = queueing.start_served(self._live(), wf_id=wf_id, wanted_version=version,
-                                                 traceparent=parent, **opts)  # fmt: skip
+                                                 traceparent=parent, input_checked=checked,
+                                                 schema_md5=schema_md5, **opts)  # fmt: skip
         except psycopg.OperationalError:
             return False
         if inserted:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import db
+from .. import codec, db, input_schema, validate
 from ..errors import CodeChanged, UnknownWorkflow
 from ..workflow import WorkflowDef, definition
 from .connection import ClientConnection
@@ -44,23 +44,38 @@ class Deployments(ClientConnection):
             if row:
                 newest: str = row["version"]
                 return newest
-        registered = sorted(f"{d['name']}@{d['version']}" for d in self.deployments())
+        deployed = self.deployments()
+        registered = sorted(f"{d['name']}@{d['version']}" for d in deployed)
         wanted = f"{name}@{version}" if version else name
+        hint = validate.did_you_mean(name, [d["name"] for d in deployed])
         raise UnknownWorkflow(
-            f"no deployment serves workflow {wanted!r}; registered: "
+            f"no deployment serves workflow {wanted!r}{hint}; registered: "
             f"{', '.join(registered) or 'none'}. Start a worker that serves it, or call "
             "rt.register(fn) with the decorated function."
         )
 
 
 def register_deployment(conn: db.Conn, wf: WorkflowDef, allow_code_change: bool) -> None:
-    """Upsert (name, version, code_sha256) inside the caller's transaction (docs/design.md#durable-replay)."""
-    params = {"name": wf.name, "version": wf.version, "sha": wf.code_sha256}
+    """Upsert (name, version, code_sha256) inside the caller's transaction (docs/design.md#durable-replay),
+    and the description of the workflow's declared input type, which a start by name checks
+    its input against (docs/typed.md#checked-at-the-door)."""
+    description = input_schema.describe(codec.input_hint(wf.fn))
+    params = {
+        "name": wf.name,
+        "version": wf.version,
+        "sha": wf.code_sha256,
+        "input_schema": None if description is None else db.jsonb(description),
+    }
     conn.execute(db.query("register_deployment"), params)
     row = db.one(conn.execute(db.query("get_deployment"), params))
     if row["code_sha256"] != wf.code_sha256:
-        if not allow_code_change:
+        # recorded by a runtime before 0.2 (the whole module's hash) for this same code: the
+        # deployment moves to the workflow's own hash (docs/operations.md#code-hash)
+        same_code = row["code_sha256"] == wf.legacy_sha256
+        if not (same_code or allow_code_change):
             raise CodeChanged(wf.name, wf.version, row["code_sha256"], wf.code_sha256)
         conn.execute(db.query("replace_deployment_hash"), params)
+    if row["input_schema"] != description:  # the type changed, or an older worker registered it
+        conn.execute(db.query("set_deployment_input_schema"), params)
     # runs started before any deployment served this name get their version now (queues.py)
     conn.execute(db.query("resolve_awaiting"), {"name": wf.name})

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from .. import codec, db, timeouts, validate
+from .. import codec, db, telemetry, timeouts, validate
 from .. import queues as queueing
 from ..errors import InvalidInput, WorkflowConflict, WorkflowFinished, WorkflowNotFound
 from .connection import MAX_SEQ, TERMINAL, check_id, input_text
@@ -49,10 +49,11 @@ class WorkflowOperations(Results, Deployments):
         return self._execute(db.query("claim_history"), {"wf": wf_id}).fetchall()
 
     def effects(self, wf_id: str) -> list[db.Row]:
-        """The effects the workflow dispatched: each one's target, tier, state and grant."""
+        """The effects the workflow proposed: each one's action, target, tier, state and grant."""
         check_id(wf_id)
         return self._execute(db.query("effects_of_workflow"), {"wf": wf_id}).fetchall()
 
+    @telemetry.traced(telemetry.SIGNAL, kind="PRODUCER", attributes=telemetry.signal_attrs)
     def signal(self, wf_id: str, name: str, payload: Any = None, sender: str | None = None) -> int:
         """Deliver a durable signal and wake the workflow (one transaction). Returns its id.
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import db, journal, killpoints
 from ..telemetry import DISPATCH, effect_stage
+from ..vocabulary import ResultStatus
 from .authority import grant_checks, local_violations
 from .call import Chain, EffectCall, journal_entries
 from .commit import send_and_commit
@@ -51,7 +52,8 @@ def _t_dispatch(call: EffectCall, decided_on: Any, violations: list[str]) -> Eff
         now = fence["now"]
         conn.execute(db.query("insert_effect"), {"eid": call.eid, "wf": port.workflow_id,
                      "target": call.spec.name, "tier": call.spec.tier,
-                     "payload": db.jsonb(call.payload), "payload_hash": call.ph})  # fmt: skip
+                     "payload": db.jsonb(call.payload), "payload_hash": call.ph,
+                     "action": call.action})  # fmt: skip
         eff = call.lock_effect()
         entries = journal_entries(conn, call.eid)
         chain = Chain(conn, call.eid, entries, now.timestamp())
@@ -105,7 +107,7 @@ def _authorize(call: EffectCall, fence: db.Row, chain: Chain, decided_on: Any,
     if not checks["lease_live"]:
         why = "; ".join(checks["refusals"])
         chain.append("REFUSED", reason=why, checks=checks)
-        return call.record("REFUSED:lease", reason=why)
+        return call.record(ResultStatus.REFUSED_AUTHORITY, reason=why)
     chain.append("AUTHORIZED", lease=call.grant)
     checks["violations"] = violations + local_violations(conn, call.local_premises, call.eid)
     if checks["violations"]:

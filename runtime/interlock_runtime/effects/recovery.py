@@ -78,9 +78,9 @@ def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str],
             local = local_violations(conn, call.local_premises, call.eid)
             rechecked["violations"] = violations + local
         rechecked["ts"] = now.timestamp()  # the grant is judged as of T_resolve, not T_commit
-        lease_stale = not rechecked["lease_live"]
-        stale = lease_stale or bool(rechecked["violations"])
-        why = "lease" if lease_stale else "stale_premise"
+        grant_stale = not rechecked["lease_live"]
+        stale = grant_stale or bool(rechecked["violations"])
+        why = "authority" if grant_stale else "stale_premise"
         chain = call.chain(now.timestamp())
 
         def finish(state: str, status: str, result: Any = None,
@@ -117,7 +117,7 @@ def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str],
         elif stale:
             chain.append("REFUSED", reason=f"{why} at recovery", resolves=True,
                          rechecked=rechecked)  # fmt: skip
-            detail = (rechecked.get("refusals") if lease_stale
+            detail = (rechecked.get("refusals") if grant_stale
                       else ["premise changed: " + "; ".join(rechecked["violations"])])  # fmt: skip
             return finish(
                 "proposed",

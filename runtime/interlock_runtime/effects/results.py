@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..vocabulary import LANDED_RESULTS, ResultStatus
+from ..vocabulary import LANDED_RESULTS, LEGACY_RESULT_STATUSES, ResultStatus
 
 STATUSES = ResultStatus.values()
 
@@ -20,8 +20,14 @@ class EffectResult:
     result: Any = None
     reason: str | None = None
 
+    def __post_init__(self) -> None:
+        # a result recorded by an older runtime reads in today's words (vocabulary.py)
+        if self.status in LEGACY_RESULT_STATUSES:
+            object.__setattr__(self, "status", str(LEGACY_RESULT_STATUSES[self.status]))
+
     @property
     def refused(self) -> bool:
+        """True for a REFUSED:* status: the gate refused to send (`reason` says why)."""
         return self.status.startswith("REFUSED")
 
     @property

@@ -494,7 +494,7 @@ class HttpTarget(_HttpDeclared):
       tier 1, refused at tier 3. Either a URL template (`GET`, with your `headers`) whose
       `{effect_id}` placeholder is filled with the effect id and any other `{field}` with the
       payload's top-level `field` (each URL-quoted), e.g.
-      `"https://pay.example/refunds?payment={payment}&key={effect_id}"`; or a callable
+      `"http://127.0.0.1:8080/refunds?payment={payment}&key={effect_id}"`; or a callable
       `lookup(effect_id, payload)` returning what `query` should (it may use
       `target.request`). A template's answer is read as: `200` with a JSON list, empty =
       not applied, else applied (the first item, with `count` = the list's length); `200`

@@ -259,12 +259,26 @@ update ilr.workflows
  where id = %(wf)s and epoch = %(epoch)s and status in ('sleeping','pending');
 
 -- name: register_deployment
-insert into ilr.deployments (name, version, code_sha256)
-values (%(name)s, %(version)s, %(sha)s)
+insert into ilr.deployments (name, version, code_sha256, input_schema)
+values (%(name)s, %(version)s, %(sha)s, %(input_schema)s)
 on conflict (name, version) do nothing;
 
 -- name: get_deployment
-select name, version, code_sha256, created_at, retired_at
+select name, version, code_sha256, created_at, retired_at, input_schema
+  from ilr.deployments where name = %(name)s and version = %(version)s;
+
+-- name: set_deployment_input_schema
+-- The description of the workflow's declared input type (docs/typed.md#checked-at-the-door), as
+-- the registering worker derives it, when it differs from the stored one (a worker's restart
+-- writes nothing).
+update ilr.deployments set input_schema = %(input_schema)s
+ where name = %(name)s and version = %(version)s
+   and input_schema is distinct from %(input_schema)s::jsonb;
+
+-- name: deployment_input_schema
+-- What a start by name checks its input against, read in the start's own transaction.
+-- Its md5 is what a later start sends with the one-statement start (start_served).
+select input_schema, md5(input_schema::text) as input_schema_md5
   from ilr.deployments where name = %(name)s and version = %(version)s;
 
 -- name: replace_deployment_hash
@@ -367,8 +381,8 @@ select effect_id, workflow_id, target, tier, payload, payload_hash, state, grant
   from ilr.effects where effect_id = %(eid)s;
 
 -- name: insert_effect
-insert into ilr.effects (effect_id, workflow_id, target, tier, payload, payload_hash)
-values (%(eid)s, %(wf)s, %(target)s, %(tier)s, %(payload)s, %(payload_hash)s)
+insert into ilr.effects (effect_id, workflow_id, target, tier, payload, payload_hash, action)
+values (%(eid)s, %(wf)s, %(target)s, %(tier)s, %(payload)s, %(payload_hash)s, %(action)s)
 on conflict (effect_id) do nothing;
 
 -- name: lock_effect
@@ -451,7 +465,7 @@ update ilr.effects set reconciled = %(reconciled)s
 returning effect_id;
 
 -- name: effects_of_workflow
-select effect_id, target, tier, state, grant_id, sends, dispatch_epoch, send_deadline,
+select effect_id, action, target, tier, state, grant_id, sends, dispatch_epoch, send_deadline,
        late_result, reconciled
   from ilr.effects where workflow_id = %(wf)s or dispatch_workflow_id = %(wf)s
  order by effect_id;

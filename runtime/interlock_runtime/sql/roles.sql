@@ -38,6 +38,7 @@ grant update (state, grant_id, dispatch_workflow_id, dispatch_epoch, first_dispa
               send_deadline, settle_margin, sends, late_result) on ilr.effects to ilr_worker;
 grant insert on ilr.deployments to ilr_worker;
 grant update (code_sha256) on ilr.deployments to ilr_worker;     -- --allow-code-change
+grant update (input_schema) on ilr.deployments to ilr_worker;    -- its input type's description
 grant update (consumed_seq) on ilr.signals to ilr_worker;        -- the mailbox check
 grant insert, update on ilr.breakers to ilr_worker;              -- counting failures
 grant update (next_fire_at, last_tick, last_workflow_id, buffered_tick, missed_ticks, updated_at)
@@ -62,7 +63,7 @@ grant update (reconciled) on ilr.effects to ilr_operator;
 grant update on ilr.breakers to ilr_operator;                      -- interlock breaker reset
 grant insert, update, delete on ilr.schedules, ilr.schedule_fires to ilr_operator;  -- schedules
 grant insert, update, delete on ilr.queues to ilr_operator;       -- interlock queue set
-grant insert on ilr.deployments to ilr_operator;
+grant insert, update (input_schema) on ilr.deployments to ilr_operator;  -- rt.register
 -- the console: reads operators (to check a password), keeps sessions, writes the audit; adding
 -- or disabling an operator is for the schema owner (`interlock operator`)
 grant insert, update on ilr.operator_sessions to ilr_operator;

@@ -233,9 +233,13 @@ select id, (select count(*) from woken) as woken from started;
 -- asked for if it is deployed, else the newest live one, exactly as rt.start resolves it; the
 -- run is inserted pending and wakes the workers. No version found, or the id taken: nothing is
 -- written (id is null), and rt.start goes the general way (awaiting_worker, or the comparison
--- with the first start). The trace context goes in with the row.
+-- with the first start). The trace context goes in with the row. A deployment that describes
+-- its input type takes the general way too (which checks the input before its insert), unless
+-- the caller checked the input against the class itself (input_checked) or against this very
+-- description (schema_md5: the md5 of the one the caller checked against, read earlier): the
+-- input is checked at the door either way (docs/typed.md#checked-at-the-door).
 with served as (
-  select version from ilr.deployments
+  select version, input_schema from ilr.deployments
    where name = %(name)s
      and case when %(wanted_version)s::text is null then retired_at is null
               else version = %(wanted_version)s end
@@ -246,6 +250,8 @@ started as (
   select %(id)s, %(name)s, served.version, %(input)s, 'pending', %(queue)s, %(priority)s,
          %(queue_key)s, %(dedup_id)s, %(wanted_version)s, %(traceparent)s
     from served
+   where %(input_checked)s or served.input_schema is null
+      or md5(served.input_schema::text) = %(schema_md5)s::text
   on conflict (id) do nothing
   returning id),
 woken as (
