@@ -634,7 +634,8 @@ class Run:
         self.sys.start()
         self.note("start", wf=self.wf_id)
 
-    def a_approve(self, amount: int = 2000) -> None:
+    def a_approve(self, amount: int | None = None) -> None:
+        amount = 2000 if amount is None else amount  # a per-family value left out: the default
         self.approved_amount = int(amount)
         self.sys.approve(int(amount))
         self.note("approve", amount=amount)
