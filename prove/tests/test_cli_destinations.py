@@ -37,8 +37,10 @@ def test_publish_is_refused_with_any_selection(selection, capsys) -> None:
 
 
 def test_resume_and_fresh_exclude_each_other(capsys) -> None:
+    assert cli.parser().parse_args(["--fresh"]).fresh
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["--resume", "--fresh"])
+    assert "not allowed with argument --resume" in capsys.readouterr().err
 
 
 @pytest.mark.pg
