@@ -119,3 +119,13 @@ def test_steps_that_need_an_earlier_step_or_a_private_server(tmp_path) -> None:
             load(_file(tmp_path, step, head=plain))
     with pytest.raises(ScenarioError, match="servers: private"):
         load(_file(tmp_path, "server_restart:", head=HEAD.replace("servers: private\n", "")))
+
+
+def test_a_file_kept_in_a_pack_is_read_as_it_ran(tmp_path) -> None:
+    """The report renders committed raw data from the scenario files as they were run: one
+    from before `claims:` or before an argument check still loads, as_run (and only so)."""
+    old = _file(tmp_path, "sleep: {seconds: -4}", head=HEAD.replace("claims: []\n", ""))
+    scn = load(old, as_run=True)
+    assert scn.claims is None
+    with pytest.raises(ScenarioError, match="'claims' is required"):
+        load(old)
