@@ -9,9 +9,11 @@ invariants it exercises, and the seeds per cell. See scenarios/README.md for an 
     scn = load("scenarios/S01.yaml")      # ScenarioError names the file, line and field
     scns = load_all(ids=["S01", "S02"])   # every scenarios/*.yaml, filtered by id
 
-Validation: first the JSON Schema (SCHEMA), then what a schema cannot say (invariant names
-from models/catalog.yaml, kill points from interlock_runtime.killpoints, `$param` references,
-predictions only for listed systems, tiers and variants). Every error carries the line of the
+Validation: first the JSON Schema (SCHEMA: each action's arguments with their ranges, from
+ACTIONS), then what a schema cannot say (invariant names from models/catalog.yaml, kill points
+from interlock_runtime.killpoints, claim ids from prove/claims.py, `$param` references, every
+argument as each variant and system family resolves it, offsets within run_timeout, the steps
+an action needs before it, predictions only for listed systems, tiers and variants). Every error carries the line of the
 offending node (yaml's node marks) and the path of the field.
 """
 
