@@ -13,8 +13,8 @@ Validation: first the JSON Schema (SCHEMA: each action's arguments with their ra
 ACTIONS), then what a schema cannot say (invariant names from models/catalog.yaml, kill points
 from interlock_runtime.killpoints, claim ids from prove/claims.py, `$param` references, every
 argument as each variant and system family resolves it, offsets within run_timeout, the steps
-an action needs before it, predictions only for listed systems, tiers and variants). Every error carries the line of the
-offending node (yaml's node marks) and the path of the field.
+an action needs before it, predictions only for listed systems, tiers and variants). Every
+error carries the line of the offending node (yaml's node marks) and the path of the field.
 """
 
 from __future__ import annotations
