@@ -1,7 +1,9 @@
 """The claims README.md makes about the runtime against Temporal, and the cells that test them.
 
 The Prove report opens with these: each claim, the cells that bear on it, their n and their
-verdicts, and whether the evidence decides it. A claim is never judged from the runtime's own
+verdicts, and whether the evidence decides it. The cells are the scenarios' own: each scenario
+file names the claims it bears on (`claims: [C3, {C2: [1, 2]}]`, scenarios/README.md), and
+bind() gives every claim the scenarios that name it. A claim is never judged from the runtime's own
 records; only from the cells' correct rates (ground truth: the target's ledger and access log)
 and their counters.
 
