@@ -7,6 +7,10 @@ Each run (see catalog.Catalog.plan) gets two files named <config>__<suffix>:
   .cfg  the constants, SPECIFICATION, SYMMETRY (safety runs), and INVARIANT / PROPERTY lines.
 
     python -m models.gen_cfg            # regenerate everything
+
+It stops with one message naming every missing piece (catalog.MissingPieces), and names the
+invariants results/runtime_tlc.json has not checked yet with the quick TLC run that checks
+them (models/tlc_pending.py).  docs/invariants.md walks through adding an invariant.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import sys
 from pathlib import Path
 
 from models import catalog as catalog_mod
+from models import tlc_pending
 
 HERE = Path(__file__).resolve().parent
 
@@ -123,3 +128,6 @@ if __name__ == "__main__":
         print(e, file=sys.stderr)
         sys.exit(1)
     print(f"wrote {len(runs)} runs into {GENERATED.relative_to(HERE.parent)}/")
+    pending = tlc_pending.note(catalog_mod.load(), tlc_pending.read_results())
+    if pending:
+        print(pending)
