@@ -33,16 +33,19 @@ def file_name(config: str, invariant: str) -> str:
     return f"{config}__{invariant}.json"
 
 
-def save(doc: dict, directory: Path = SCRATCH, name: str | None = None) -> Path:
+def save(doc: dict, directory: Path | None = None, name: str | None = None) -> Path:
+    """Write a trace into directory (default: the scratch directory, SCRATCH)."""
+    directory = directory or SCRATCH
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / (name or file_name(doc["config"], doc["invariant"]))
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path
 
 
-def forget(config: str, directory: Path = SCRATCH) -> None:
+def forget(config: str, directory: Path | None = None) -> None:
     """Drop the scratch traces of a config about to be checked again: a trace left from an
     earlier run must not read as this run's."""
+    directory = directory or SCRATCH
     if directory.exists():
         for f in directory.glob(f"{config}__*.json"):
             f.unlink()
