@@ -1,10 +1,14 @@
 """Load and validate the invariant catalog (models/catalog.yaml) and the TLC matrix (matrix.yaml).
 
 The catalog is the single source of truth for invariant names (docs/design.md#invariant-catalog). Loading validates it:
-a typo in a name, an unknown mode, tier, event or toggle, a missing operator (in the catalog or in
-the .tla module it names) is a CatalogError naming the file and the entry.
+a typo in a name, an unknown mode, tier, event or toggle is a CatalogError naming the file and
+the entry.  The pieces a row names that are written elsewhere (its operator in the .tla module,
+its code check in conformance/invariants.py's INVARIANTS, its Reach_* witness and the witness's
+operator) are collected over every row and refused together, in one MissingPieces message
+(docs/invariants.md walks through writing them).
 
-Importable as `models.catalog` or by path (it imports nothing from the project).
+Importable as `models.catalog` or by path (it imports nothing from the project; the code
+checks are read as text).
 
     cat = load()                         # models/catalog.yaml + models/matrix.yaml
     cat.predict("NoOverlappingSends", cat.config("Interlock_t2_G1"))   # -> "hold"
