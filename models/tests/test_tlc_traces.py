@@ -119,3 +119,17 @@ def test_check_config_saves_the_trace_without_writing_results(tmp_path, monkeypa
     assert res["invariants"]["LeaseMutex"]["trace"] is None
     assert (tmp_path / "scratch" / f"{CONFIG}__LeaseMutex.json").exists()
     assert not (tmp_path / "results_traces").exists()
+
+
+def test_full_runs_save_their_counterexamples_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(tlc_trace, "SCRATCH", tmp_path)
+    found: list[Path] = []
+    res = {"name": "Full_X", "constants": {"MaxClock": "12"}}
+    states = [{"index": 1, "action": "Init", "vars": {"x": 0}}]
+    out = {"violated": "LeaseMutex", "trace": states, "version": "TLC2", "loop_to": None}
+    tlc._save_full_trace(res, out, ["LeaseMutex", "FencedWrites"], found, "__seed7")
+    tlc._save_full_trace(res, {**out, "violated": None}, ["LeaseMutex"], found)
+    assert found == [tmp_path / "Full_X__LeaseMutex__seed7.json"]
+    doc = tlc_trace.load(found[0])
+    assert doc["config"] == "Full_X" and doc["invariant"] == "LeaseMutex"
+    assert doc["states"] == states and doc["kind"] == "safety"
