@@ -297,3 +297,22 @@ def test_server_slow_tier2_double_application_is_reported_by_the_receipt_async(
     SettleAuditSkipped names the sync test's id, which a skipped parameter would spoil)."""
     test_server_slow_tier2_double_application_is_reported_by_the_receipt(
         admin_dsn, template_db, tmp_path, mode="async")  # fmt: skip
+
+
+def _replayed(category: str, violations: dict[str, list[str]]) -> tr.ReplayResult:
+    return tr.ReplayResult(
+        trace="T", config="C", category=category, model_invariant=None, seed=None, actions={},
+        counts={}, violations=violations, checked=[], status="completed", sends_seen=1,
+        applied=1, good_send=True, divergences=[], notes=[], seconds=0.1,
+    )  # fmt: skip
+
+
+def test_only_a_violation_where_none_may_be_is_a_finding() -> None:
+    """`--all` replays assumption-lifted traces too (ServerSlow lifts A2), whose violations the
+    model predicts: they are reported, not a failed run. A broken, simulated or temporal trace
+    with a violation is one (the exit status says so)."""
+    seen = {"EffectAtMostOnceTier12": ["applied 2 times at tier 2"]}
+    assert tr.findings([_replayed("assumption", seen)]) == []
+    for category in ("broken", "simulated", "temporal"):
+        assert tr.findings([_replayed(category, seen)]) != []
+        assert tr.findings([_replayed(category, {})]) == []

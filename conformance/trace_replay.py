@@ -64,7 +64,7 @@ from typing import Any
 
 from interlock_runtime import workflow
 from interlock_runtime.vocabulary import TERMINAL_STATUSES
-from world import refund_agent
+from world import gitstate, refund_agent
 
 REPO = Path(__file__).resolve().parents[1]
 # ILR_TLC_TRACES: another directory of TLC traces (e.g. a fresh `make tlc` run's) in its place
@@ -1106,22 +1106,14 @@ def replay(trace: Trace | Path | str, admin: str, template: str, log_dir: Path,
 
 
 # ------------------------------------------------------------------ report
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=REPO, check=True).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+# Categories whose traces must show no violation; an assumption-lifted trace shows what the
+# model predicts for it (results/runtime_tlc.md), which is no finding about the runtime.
+MUST_HOLD = ("broken", "simulated", "temporal")
 
 
-def _dirty() -> bool | None:
-    """Whether the tracked code differed from the commit (None: not a git checkout)."""
-    try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                             capture_output=True, text=True, cwd=REPO, check=True).stdout  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return bool(out.strip())
+def findings(results: list[ReplayResult]) -> list[ReplayResult]:
+    """The replays that show a violation where none may be: the exit status's reason."""
+    return [r for r in results if r.violations and r.category in MUST_HOLD]
 
 
 def write_report(results: list[ReplayResult], wall: float, commit: str | None = None,
@@ -1144,8 +1136,9 @@ def write_report(results: list[ReplayResult], wall: float, commit: str | None = 
     violations = [(f"{tag(r)}{r.trace}", k, v) for r in results for k, v in r.violations.items()]
     traces = list(dict.fromkeys(r.trace for r in results))
     doc = {
-        "commit": commit or _commit(),
-        "dirty": dirty if commit else _dirty(),
+        "commit": commit or gitstate.commit(),
+        # one rule for every report (world/gitstate.py): results/ does not make the code dirty
+        "dirty": dirty if commit else gitstate.dirty(),
         "generated_by": command
         or "python -m conformance.trace_replay --report"
         + (f" --mode {modes[0]}" if len(modes) == 1 else " --mode both"),
@@ -1310,7 +1303,11 @@ def main(argv: list[str] | None = None) -> int:
         j, m = write_report(results, time.monotonic() - t0,
                             command=" ".join(["python -m conformance.trace_replay", *args]))  # fmt: skip
         print(f"wrote {j.relative_to(REPO)} and {m.relative_to(REPO)}")
-    return 1 if any(r.violations for r in results) else 0
+    bad = findings(results)
+    for r in bad:
+        print(f"violation where none may be: {r.trace} ({r.mode}, {r.category}): "
+              f"{sorted(r.violations)}", file=sys.stderr)  # fmt: skip
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
