@@ -85,9 +85,12 @@ mutants: setup pg-start
 	$(BIN)/python -m conformance.mutants $(MUTANTS_ARGS)
 
 # The default sweep (n >= 5 per cell, within an hour here); SWEEP=full runs the spec's sizes into its own
-# runs directory and resumes: an interrupted full sweep continues where it stopped.
+# runs directory and resumes: an interrupted full sweep continues where it stopped. The one
+# writer of results/runtime_prove.*: --publish (refused with any selection); the quick sweep
+# starts from an empty runs directory (--fresh). A working run (`python -m prove --scenarios
+# S10 --seeds 1`) writes under .data/prove/work/ instead (scenarios/README.md).
 prove: setup pg-start
-	$(BIN)/python -m prove $(if $(filter full,$(SWEEP)),--full --resume --runs-dir .data/prove/runs-full)
+	$(BIN)/python -m prove --publish $(if $(filter full,$(SWEEP)),--full --resume --runs-dir .data/prove/runs-full,--fresh)
 
 # Every driven cell of the fault matrix (models/faults.yaml; docs/matrix.md): each feature under
 # each fault in both modes, judged from ground truth, into results/matrix.md and .json.

@@ -1,6 +1,7 @@
 """Model-based trace replay (issue 6, docs/design.md#beyond): TLC behaviours replayed on the real runtime.
 
 A TLC trace (results/tlc_traces/*.json: broken-config and baseline counterexamples;
+.data/tlc/traces/*.json: the same format, every violation of any `python -m models.tlc` run;
 conformance/sim_traces/*.json: seeded random behaviours of the correct model) is translated
 action by action into a real schedule, and a driver replays it against real Postgres, real
 worker subprocesses and the real local target (in its own process):
@@ -39,6 +40,7 @@ state and every catalog invariant of layer C (invariants.check_all) is checked o
     python -m conformance.trace_replay --report [--all] [--mode sync|async|both]
                                                           # results/trace_replay.{md,json}
     python -m conformance.trace_replay results/tlc_traces/X.json   # one replay, printed
+    python -m conformance.trace_replay .data/tlc/traces/X.json     # a fresh --only run's
 
 Workers serve the two flows below (`--module conformance.trace_replay --only ...`) in one of
 two modes: "sync", plain workflows on the plain worker, or "async", their `async def` twins on

@@ -1,10 +1,14 @@
 """Load and validate the invariant catalog (models/catalog.yaml) and the TLC matrix (matrix.yaml).
 
 The catalog is the single source of truth for invariant names (docs/design.md#invariant-catalog). Loading validates it:
-a typo in a name, an unknown mode, tier, event or toggle, a missing operator (in the catalog or in
-the .tla module it names) is a CatalogError naming the file and the entry.
+a typo in a name, an unknown mode, tier, event or toggle is a CatalogError naming the file and
+the entry.  The pieces a row names that are written elsewhere (its operator in the .tla module,
+its code check in conformance/invariants.py's INVARIANTS, its Reach_* witness and the witness's
+operator) are collected over every row and refused together, in one MissingPieces message
+(docs/invariants.md walks through writing them).
 
-Importable as `models.catalog` or by path (it imports nothing from the project).
+Importable as `models.catalog` or by path (it imports nothing from the project; the code
+checks are read as text).
 
     cat = load()                         # models/catalog.yaml + models/matrix.yaml
     cat.predict("NoOverlappingSends", cat.config("Interlock_t2_G1"))   # -> "hold"
@@ -23,6 +27,9 @@ import yaml
 HERE = Path(__file__).resolve().parent
 CATALOG = HERE / "catalog.yaml"
 MATRIX = HERE / "matrix.yaml"
+# The code checks of layer C (read as text: models never imports the harnesses above it)
+CHECKS = HERE.parent / "conformance" / "invariants.py"
+GUIDE = "docs/invariants.md"
 
 INV_VALUES = ("hold", "V", "n/a")
 WIT_VALUES = ("reach", "n/a")
@@ -42,6 +49,37 @@ class CatalogError(ValueError):
     def __init__(self, path: Path | str, entry: str, msg: str):
         self.path, self.entry, self.msg = str(path), entry, msg
         super().__init__(f"{_show(path)}: {entry}: {msg}")
+
+
+class MissingPieces(CatalogError):
+    """Rows that name pieces written elsewhere (a TLA+ operator, a code check, a witness) which
+    do not exist yet: every one of them, in one message."""
+
+    def __init__(self, path: Path | str, missing: dict[str, list[str]]):
+        self.missing = missing
+        n = sum(len(v) for v in missing.values())
+        lines = [f"{n} (write them all, then run `python -m models.gen_cfg` again; {GUIDE} "
+                 "says how):"]  # fmt: skip
+        for entry, pieces in missing.items():
+            lines.append(f"  {entry}:")
+            lines += [f"    - {p}" for p in pieces]
+        super().__init__(path, "missing pieces", "\n".join(lines))
+
+
+def code_checks(path: Path = CHECKS) -> set[str] | None:
+    """The keys of INVARIANTS in conformance/invariants.py, read without importing it (None
+    when the file is absent, as outside a checkout)."""
+    import ast
+
+    if not path.exists():
+        return None
+    for node in ast.parse(path.read_text()).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) else None)  # fmt: skip
+        if isinstance(target, ast.Name) and target.id == "INVARIANTS":
+            if isinstance(node.value, ast.Dict):
+                return {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+    return set()
 
 
 def _show(path: Path | str) -> str:
@@ -315,11 +353,14 @@ def _check_predict(path: Path, entry: str, pred: Any, values: tuple, cat: dict) 
     return pred
 
 
-def load(catalog: Path | str | None = None, matrix: Path | str | None = None) -> Catalog:
-    """Load and validate the catalog and the matrix; raise CatalogError on the first problem.
+def load(catalog: Path | str | None = None, matrix: Path | str | None = None,
+         checks: Path | None = CHECKS) -> Catalog:  # fmt: skip
+    """Load and validate the catalog and the matrix; raise CatalogError on the first malformed
+    entry, or MissingPieces listing every piece the rows name that is not written yet (a TLA+
+    operator, a code check in `checks`, a Reach_* witness).
 
     Operators are checked against <catalog dir>/<spec>.tla; if matrix is None and no matrix.yaml
-    sits beside the catalog, the matrix is empty.
+    sits beside the catalog, the matrix is empty.  checks=None skips the code checks.
     """
     cpath = Path(catalog) if catalog else CATALOG
     if matrix is None:
@@ -338,12 +379,20 @@ def load(catalog: Path | str | None = None, matrix: Path | str | None = None) ->
         tla = cpath.parent / f"{spec}.tla"
         ops[spec] = _operators(tla) if tla.exists() else set()
 
+    missing: dict[str, list[str]] = {}
+
+    def lacks(entry: str, piece: str) -> None:
+        missing.setdefault(entry, []).append(piece)
+
     def need_operator(entry: str, spec: str, op: str) -> None:
         tla = cpath.parent / f"{spec}.tla"
         if not tla.exists():
             raise CatalogError(cpath, entry, f"spec module {_show(tla)} does not exist")
         if op not in ops[spec]:
-            raise CatalogError(cpath, entry, f"operator '{op}' is not defined in {_show(tla)}")
+            lacks(entry, f"TLA+ operator: '{op}' is not defined in {_show(tla)} "
+                         f"(write `{op} == ...` there)")  # fmt: skip
+
+    known_checks = code_checks(checks) if checks is not None else None
 
     broken: dict[str, Broken] = {}
     for name, b in (data.get("broken") or {}).items():
@@ -405,22 +454,39 @@ def load(catalog: Path | str | None = None, matrix: Path | str | None = None) ->
         elif any(i.get(k) for k in ("operator", "predict", "broken_by", "witnesses")):
             raise CatalogError(cpath, entry, "operator/predict/broken_by/witnesses need layer M")
         if "C" in layers and not i.get("check"):
-            raise CatalogError(cpath, entry, "layer C needs a 'check' name")
+            lacks(entry, f"code check: layer C needs a 'check' name in the row (the key of its "
+                         f"function in INVARIANTS of {_show(checks or CHECKS)})")  # fmt: skip
         if i.get("check") and not IDENT.match(str(i["check"])):
             raise CatalogError(cpath, entry, f"check '{i['check']}' must be an identifier")
+        if i.get("check") and known_checks is not None and i["check"] not in known_checks:
+            lacks(entry, f"code check: '{i['check']}' is not a key of INVARIANTS in "
+                         f"{_show(checks or CHECKS)} (write the check over ground truth and "
+                         "add it there)")  # fmt: skip
         bb = _names(cpath, entry, "broken config", i.get("broken_by"), broken)
         for b in bb:
             if broken[b].spec != i.get("spec"):
                 raise CatalogError(cpath, entry, f"broken config '{b}' belongs to {broken[b].spec}")
-        ws = _names(cpath, entry, "witness", i.get("witnesses"), witnesses)
+        listed = i.get("witnesses") or []
+        if not isinstance(listed, list):
+            raise CatalogError(cpath, entry, "witnesses must be a list")
+        for w in listed:
+            if w not in witnesses:
+                lacks(entry, f"witness: '{w}' has no row under `witnesses:` in the catalog "
+                             "(name, meaning, spec, operator, predict)")  # fmt: skip
+        ws = tuple(w for w in listed if w in witnesses)
         for w in ws:
             if witnesses[w].spec != i.get("spec"):
                 raise CatalogError(cpath, entry, f"witness '{w}' belongs to {witnesses[w].spec}")
-        if "M" in layers and kind == "safety" and not ws:
-            raise CatalogError(cpath, entry, "a model-checked invariant needs a Reach_* witness")
+        spec_tla = _show(cpath.parent / f"{i.get('spec')}.tla")
+        if "M" in layers and kind == "safety" and not listed:
+            lacks(entry, "witness: a model-checked invariant needs a Reach_* witness, a state "
+                         "that shows its runs are not vacuous (list it in `witnesses:`, give it "
+                         f"a row under `witnesses:` and its operator in {spec_tla})")  # fmt: skip
         invariants[name] = Invariant(name, i["meaning"], layers, kind, i.get("spec"),
                                      i.get("operator"), i.get("check"), pred, bb, ws)  # fmt: skip
 
+    if missing:
+        raise MissingPieces(cpath, missing)
     for b in broken:
         if not any(b in inv.broken_by for inv in invariants.values()):
             raise CatalogError(cpath, f"broken '{b}'", "no invariant names it in broken_by")

@@ -7,6 +7,11 @@ Each run (see catalog.Catalog.plan) gets two files named <config>__<suffix>:
   .cfg  the constants, SPECIFICATION, SYMMETRY (safety runs), and INVARIANT / PROPERTY lines.
 
     python -m models.gen_cfg            # regenerate everything
+    python -m models.gen_cfg --catalog scratch/catalog.yaml --out scratch/generated
+
+It stops with one message naming every missing piece (catalog.MissingPieces), and names the
+invariants results/runtime_tlc.json has not checked yet with the quick TLC run that checks
+them (models/tlc_pending.py).  docs/invariants.md walks through adding an invariant.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import sys
 from pathlib import Path
 
 from models import catalog as catalog_mod
+from models import tlc_pending
 
 HERE = Path(__file__).resolve().parent
 
@@ -116,10 +122,27 @@ def generate(cat: catalog_mod.Catalog | None = None, outdir: Path = GENERATED) -
     return out
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--catalog", type=Path, default=None,
+                    help="another catalog.yaml (its specs and matrix.yaml beside it)")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=GENERATED, help="where to write the runs")
+    opts = ap.parse_args(argv)
     try:
-        runs = generate()
+        cat = catalog_mod.load(opts.catalog)
+        runs = generate(cat, opts.out)
     except catalog_mod.CatalogError as e:
         print(e, file=sys.stderr)
-        sys.exit(1)
-    print(f"wrote {len(runs)} runs into {GENERATED.relative_to(HERE.parent)}/")
+        return 1
+    shown = opts.out.relative_to(HERE.parent) if opts.out.is_relative_to(HERE.parent) else opts.out
+    print(f"wrote {len(runs)} runs into {shown}/")
+    pending = tlc_pending.note(cat, tlc_pending.read_results())
+    if pending:
+        print(pending)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

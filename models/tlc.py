@@ -3,8 +3,16 @@
     python -m models.tlc            # `make tlc`: every config, writes results/runtime_tlc.{md,json}
                                    #   and results/tlc_traces/<config>__<invariant>.json
     python -m models.tlc --quick    # `make tlc-quick`: the configs marked quick; writes nothing
-    python -m models.tlc --only Signals Broken_NoFencing
+    python -m models.tlc --only Signals Broken_NoFencing       # those configs; writes nothing
+    python -m models.tlc --only Quick_t2_G1 --merge  # and replaces them in results/runtime_tlc.*
     python -m models.tlc --full     # `make tlc-full`: models/full.yaml, the spec's sizes (see there)
+    python -m models.tlc --show .data/tlc/traces/X__Inv.json [--all-vars]   # print a saved trace
+
+Every violation's counterexample is saved to .data/tlc/traces/<config>__<invariant>.json (the
+format conformance/trace_replay.py replays; models/tlc_trace.py) whatever the mode, and
+printed at the end: state 1 in full, then only the variables that changed (--all-vars: every
+variable).  A violation that agrees with its prediction (a broken config of --quick) is only
+named, unless --only named its config.
 
 Each config's runs come from Catalog.plan: one "hold" run with every invariant predicted to hold
 (and the Reach_* witnesses noted by a state constraint in the same exploration), one run per
@@ -38,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from models import catalog as catalog_mod
-from models import gen_cfg
+from models import gen_cfg, tlc_trace
 from world import gitstate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,6 +311,7 @@ def check_config(cat, cfg, opts, outdir: Path) -> dict:
         "invariants": {},
         "witnesses": {},
     }
+    tlc_trace.forget(cfg.name)
     reached: set[str] = set()
     wits_wanted: list[str] = []
     outcomes: dict[str, dict] = {}
@@ -351,20 +360,12 @@ def check_config(cat, cfg, opts, outdir: Path) -> dict:
                     for p in props:
                         outcomes[p] = {"outcome": "error", "error": rec["errors"][-1]}
                     break
-                trace = {
-                    "config": cfg.name,
-                    "invariant": name,
-                    "kind": "liveness" if res["violated"] == "temporal" else "safety",
-                    "tlc_version": res["version"],
-                    "constants": result["constants"],
-                    "loop_to": res["loop_to"],
-                    "states": res["trace"],
-                }
-                tfile = None
-                if opts.write:
-                    TRACES.mkdir(parents=True, exist_ok=True)
-                    tfile = TRACES / f"{cfg.name}__{name}.json"
-                    tfile.write_text(json.dumps(trace, indent=1) + "\n")
+                trace = tlc_trace.document(
+                    cfg.name, name, "liveness" if res["violated"] == "temporal" else "safety",
+                    res["version"], result["constants"], res["loop_to"], res["trace"])  # fmt: skip
+                # every violation is kept in the scratch directory; results/ only when written
+                tlc_trace.save(trace)
+                tfile = tlc_trace.save(trace, TRACES) if opts.write else None
                 outcomes[name] = {
                     "outcome": "V",
                     "trace_length": len(res["trace"]),
@@ -730,9 +731,23 @@ def has_checkpoint(metadir: Path) -> bool:
     return any(metadir.rglob("*.chkpt")) if metadir.exists() else False
 
 
-def check_full(cat, name: str, spec: dict, opts) -> dict:
+def _save_full_trace(res: dict, out: dict, props: list[str], found: list[Path] | None,
+                     suffix: str = "") -> None:  # fmt: skip
+    """The counterexample of a --full run, into the scratch directory (never results/)."""
+    if not out["violated"] or not out["trace"]:
+        return
+    name = props[0] if out["violated"] == "temporal" else out["violated"]
+    doc = tlc_trace.document(res["name"], name, "liveness" if out["violated"] == "temporal"
+                             else "safety", out["version"], res["constants"], out["loop_to"],
+                             out["trace"])  # fmt: skip
+    path = tlc_trace.save(doc, name=f"{res['name']}__{name}{suffix}.json")
+    if found is not None:
+        found.append(path)
+
+
+def check_full(cat, name: str, spec: dict, opts, found: list[Path] | None = None) -> dict:
     """One config at the spec's sizes: the exhaustive hold run (resumed from its checkpoint),
-    then the simulation runs."""
+    then the simulation runs.  The path of each counterexample's scratch file goes to found."""
     cfg = full_config(cat, name, spec)
     if cfg.name not in {c.name for c in cat.configs}:
         cat.configs.append(cfg)  # gen_cfg renders a run by its config's name
@@ -782,6 +797,7 @@ def check_full(cat, name: str, spec: dict, opts) -> dict:
     if out["violated"]:
         ex["trace_length"] = len(out["trace"])
         ex["actions"] = [s["action"] for s in out["trace"]]
+        _save_full_trace(res, out, list(hold.properties), found)
     res["exhaustive"] = ex
     log(f"  {cfg.name}: {'complete' if ex['complete'] else 'partial'}, {ex['distinct']} states, "
         f"depth {ex['depth']}, queue {ex['queue']}, {secs}s")  # fmt: skip
@@ -799,6 +815,7 @@ def check_full(cat, name: str, spec: dict, opts) -> dict:
         log(f"  {cfg.name}: simulate depth {sim['depth']} seed {seed}, {minutes} min")
         text, rc, secs = run_budgeted(cmd, 60 * minutes)
         o = parse_output(text, rc if rc is not None else -1)
+        _save_full_trace(res, o, list(hold.properties), found, f"__seed{seed}")
         p = parse_progress(text)
         res["simulations"].append({
             "seed": seed, "depth": sim["depth"], "seconds": secs,
@@ -875,12 +892,20 @@ def main_full(opts) -> int:
     spec = load_full()
     names = opts.only or spec["configs"]
     t0 = time.monotonic()
-    results = [check_full(cat, n, spec, opts) for n in names]
+    found: list[Path] = []
+    for n in names:
+        tlc_trace.forget(f"Full_{n}")
+    results = [check_full(cat, n, spec, opts, found) for n in names]
     write_full_report(results, spec, opts, time.monotonic() - t0)
     bad = [r["name"] for r in results
            if (r.get("exhaustive") or {}).get("violated")
            or any(s.get("violated") for s in r["simulations"])]  # fmt: skip
     log(f"tlc-full: {len(results)} configs, violations in: {', '.join(bad) or 'none'}")
+    for path in found:
+        doc = tlc_trace.load(path)
+        log("")
+        log("\n".join(tlc_trace.header(doc, path)))
+        log("\n".join(tlc_trace.render(doc, opts.all_vars)))
     return 1 if bad else 0
 
 
@@ -888,7 +913,13 @@ def main_full(opts) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="only the configs marked quick")
-    ap.add_argument("--only", nargs="*", help="config names")
+    ap.add_argument("--only", nargs="*", metavar="CONFIG",
+                    help="only these configs of models/matrix.yaml (writes nothing to results/ "
+                         "unless --merge); each violation's trace is printed")  # fmt: skip
+    ap.add_argument("--all-vars", action="store_true",
+                    help="print every variable of every state of a trace, not only the changes")  # fmt: skip
+    ap.add_argument("--show", metavar="TRACE.json",
+                    help="print a saved trace (.data/tlc/traces/ or results/tlc_traces/) and stop")  # fmt: skip
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TLC_JOBS", "2")))
     ap.add_argument("--workers", type=int, default=int(os.environ.get("TLC_WORKERS", "1")))
     ap.add_argument("--heap", default=os.environ.get("TLC_HEAP", "3g"))
@@ -908,6 +939,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim-minutes", type=float, default=None,
                     help="with --full: per simulation seed (default: models/full.yaml)")  # fmt: skip
     opts = ap.parse_args(argv)
+    if opts.show:
+        return show(opts.show, opts.all_vars)
     if opts.full:
         return main_full(opts)
     if opts.report_only:
@@ -987,7 +1020,39 @@ def main(argv: list[str] | None = None) -> int:
     for d in dis:
         log(f"  {d['config']}/{d['invariant']}: predicted {d['predicted']}, got {d['outcome']}"
             f" - {d['explanation']}")  # fmt: skip
+    print_counterexamples(results, set(opts.only or ()), opts.all_vars)
     return 1 if dis else 0
+
+
+def print_counterexamples(results: list[dict], named: set[str], all_vars: bool) -> None:
+    """Each violation of this run, from its scratch file: printed in full when it disagrees
+    with the prediction or its config was named by --only, else the file's name alone (the
+    broken configs of --quick violate as predicted)."""
+    for r in results:
+        for inv, e in r["invariants"].items():
+            path = tlc_trace.SCRATCH / tlc_trace.file_name(r["name"], inv)
+            if e["outcome"] != "V" or not path.exists():
+                continue
+            doc = tlc_trace.load(path)
+            log("")
+            if e["agree"] and r["name"] not in named:
+                log(f"counterexample {r['name']} / {inv} (as predicted): "
+                    f"{tlc_trace.show_path(path)}")  # fmt: skip
+                continue
+            log("\n".join(tlc_trace.header(doc, path, e["predicted"])))
+            log("\n".join(tlc_trace.render(doc, all_vars)))
+
+
+def show(path: str, all_vars: bool) -> int:
+    """`--show FILE`: print a saved trace."""
+    try:
+        doc = tlc_trace.load(Path(path))
+    except ValueError as e:
+        print(f"tlc: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(tlc_trace.header(doc, None)))
+    print("\n".join(tlc_trace.render(doc, all_vars)))
+    return 0
 
 
 if __name__ == "__main__":

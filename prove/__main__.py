@@ -1,21 +1,29 @@
-"""`make prove`: run the Prove sweep over scenarios/ and write results/runtime_prove.{md,json}.
+"""`make prove`: run the Prove sweep over scenarios/ and write its report.
 
-    python -m prove [--quick | --full] [--scenarios S01,S02] [--seeds N]
+    python -m prove [--quick | --full] [--publish] [--scenarios S01,S02] [--seeds N]
                     [--systems runtime,runtime_async,temporal_idem,temporal_check]
                     [--tiers 1,2,3]
-                    [--jobs 6] [--resume] [--no-report] [--no-stripe]
+                    [--jobs 6] [--resume | --fresh] [--no-report] [--no-stripe]
                     [--crash-plans seeded|instrumented|external]
                     [--scenario-dir DIR] [--runs-dir DIR] [--results-dir DIR]
                     [--temporal-port N] [--no-zygote]
+
+Working runs never touch the published results: without `--publish` the run files go to
+.data/prove/work/runs/ and the report to .data/prove/work/results/ (or --runs-dir,
+--results-dir), and the last line says where. Only `make prove` passes `--publish`, which writes
+results/runtime_prove.{md,json} and its raw data, and is refused with any selection (scenarios,
+seeds, systems, tiers, crash plans, no Stripe table, another scenario or results directory):
+a partial sweep's report must never replace the published one. Run files are deleted only
+with `--fresh` (the runs directory is emptied once every service is up); otherwise a run
+overwrites only its own file, and `--resume` reuses finished ones.
 
 With no flags this is the quick sweep (each scenario's `seeds.quick` per cell, plus the Stripe
 table: S01-S03 at tier 1 through the Stripe-compatible subset, EMULATED). `--full` uses the
 spec's sizes (docs/design.md#prove: 100 per cell, fewer for some scenarios). It starts what it needs
 itself: the project's Postgres (or ILR_DSN) and a Temporal dev server on a throwaway SQLite
-file. Each run writes .data/prove/runs/<run_id>.json; `--resume` reuses finished runs.
+file. Each run writes <runs dir>/<run_id>.json (published: .data/prove/runs/).
 Exit status: 0 when the sweep ran (incorrect runs are results, not errors), 2 on bad input
-or a service that cannot start (finished run files are left intact: the runs directory is
-cleared only once every service is up).
+or a service that cannot start (finished run files are left intact).
 """
 
 from __future__ import annotations
@@ -37,6 +45,12 @@ from prove.zygote import Zygote
 # kills has a rate that depends on the mix, and its differences need far more runs to decide);
 # the full sweep follows docs/design.md#prove's half-external seeding.
 CRASH_PLANS = {"quick": "instrumented", "full": "seeded"}
+# Where a sweep writes: published (make prove) or a working run, which never touches results/.
+PUBLISHED_RUNS = runner.DATA / "runs"
+WORK = runner.DATA / "work"
+# Options that select part of the sweep or change how it runs: a published report has none.
+SELECTIONS = ("scenarios", "seeds", "systems", "tiers", "crash_plans", "scenario_dir",
+              "results_dir")  # fmt: skip
 
 
 def _csv(text: str | None) -> list[str] | None:
@@ -62,8 +76,21 @@ def parser() -> argparse.ArgumentParser:
         "one slot; a CPU-bound scenario declares a larger weight, MIX 3; a run the "
         "machine was too loaded for is a harness error and runs again)",
     )
-    ap.add_argument("--resume", action="store_true", help="reuse finished run files")
-    ap.add_argument("--no-report", action="store_true", help="do not write results/")
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="write the report into results/ (what `make prove` does); refused with any "
+        "selection of scenarios, seeds, systems, tiers or crash plans, --no-stripe, "
+        "--scenario-dir or --results-dir",
+    )
+    again = ap.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="reuse finished run files")
+    again.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete the runs directory's files first (nothing is deleted without it)",
+    )
+    ap.add_argument("--no-report", action="store_true", help="run, but write no report")
     ap.add_argument(
         "--no-stripe",
         action="store_true",
@@ -79,10 +106,12 @@ def parser() -> argparse.ArgumentParser:
         "also MIX's",
     )
     ap.add_argument("--scenario-dir", default=None, help="read scenarios here (default scenarios/)")
-    ap.add_argument("--runs-dir", default=None, help="write run files here (.data/prove/runs)")
+    ap.add_argument("--runs-dir", default=None,
+                    help="write run files here (default .data/prove/work/runs; with --publish "
+                         ".data/prove/runs)")  # fmt: skip
     ap.add_argument("--results-dir", default=None,
-                    help="write the report here instead of results/ (a partial sweep's report "
-                         "must not replace the full one)")  # fmt: skip
+                    help="write the report here (default .data/prove/work/results; only "
+                         "--publish writes results/)")  # fmt: skip
     ap.add_argument(
         "--no-zygote",
         action="store_true",
@@ -98,8 +127,40 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def destinations(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """(runs dir, report dir or None: no report) for the parsed options; ValueError says why a
+    published report is refused."""
+    if args.publish:
+        chosen = [f"--{k.replace('_', '-')}" for k in SELECTIONS if getattr(args, k) is not None]
+        chosen += ["--no-stripe"] * args.no_stripe + ["--no-report"] * args.no_report
+        if chosen:
+            raise ValueError(f"--publish writes the published report, which is the whole sweep: "
+                             f"drop {', '.join(chosen)}, or drop --publish to write under "
+                             f"{WORK.relative_to(runner.REPO)}/")  # fmt: skip
+    runs = (
+        Path(args.runs_dir) if args.runs_dir else PUBLISHED_RUNS if args.publish else WORK / "runs"
+    )
+    if args.no_report:
+        return runs, None
+    if args.publish:
+        return runs, report.RESULTS
+    return runs, Path(args.results_dir) if args.results_dir else WORK / "results"
+
+
+def _show(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        out_dir, report_dir = destinations(args)
+    except ValueError as e:
+        print(f"prove: {e}", file=sys.stderr)
+        return 2
     systems = _csv(args.systems)
     bad = [s for s in systems or [] if s not in SYSTEMS]
     if bad:
@@ -130,7 +191,6 @@ def main(argv: list[str] | None = None) -> int:
         print("prove: the filters leave no run to do", file=sys.stderr)
         return 2
     need_temporal = any(FAMILY[item[2]] != "runtime" for item in runs)
-    out_dir = Path(args.runs_dir) if args.runs_dir else runner.DATA / "runs"
 
     t0 = time.time()
     from interlock_runtime.testing import admin_dsn, template_database
@@ -156,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"prove: cannot start the Temporal dev server: {e}", file=sys.stderr)
                 return 2
             stack.callback(temporal.kill)
-        # Every service is up: only now may the previous sweep's run files go.
-        if not args.resume and out_dir.exists():
+        # Every service is up: only now, and only when asked, may earlier run files go.
+        if args.fresh and out_dir.exists():
             shutil.rmtree(out_dir)
         zygote = None
         if not args.no_zygote:
@@ -179,11 +239,14 @@ def main(argv: list[str] | None = None) -> int:
         results = runner.sweep(services, runs, out_dir, jobs=args.jobs, resume=args.resume,
                                progress=lambda line: print(line, flush=True))  # fmt: skip
         wall = time.time() - t0
-        if not args.no_report:
-            out = Path(args.results_dir) if args.results_dir else report.RESULTS
+        where = f"run files in {_show(out_dir)}"
+        if report_dir is None:
+            print(f"prove: {where}; no report (--no-report) ({wall:.0f}s)")
+        else:
             md, js = report.write(scns, results, services.versions, wall, size=size,
-                                  argv=sys.argv[1:] if argv is None else argv, out_dir=out)  # fmt: skip
-            print(f"prove: wrote {md} and {js} ({wall:.0f}s)")
+                                  argv=sys.argv[1:] if argv is None else argv,
+                                  out_dir=report_dir)  # fmt: skip
+            print(f"prove: wrote {_show(md)} and {_show(js)}; {where} ({wall:.0f}s)")
     return 0
 
 

@@ -7,9 +7,11 @@ workflow id and task queue, and its own worker subprocesses. Crashes are real OS
 instrumented kill point (ILR_KILL_AT, the worker SIGKILLs itself) or an external SIGKILL from
 the runner (`down`). The Temporal dev server is shared by the sweep (one process).
 
-The timeline of a scenario is played by a small table of actions (ACTIONS below), each a
-method of the system driver (RuntimeSystem, TemporalSystem) or of the run. The oracle reads
-only the target's ledger and access log. One JSON file per run goes to .data/prove/runs/.
+The timeline of a scenario is played by `Run.a_<action>`, one method per row of
+prove.scenario.ACTIONS (which range-checks their arguments when the scenario loads), each
+calling the system driver (RuntimeSystem, TemporalSystem) or acting on the run. The oracle
+reads only the target's ledger and access log. One JSON file per run goes to the sweep's runs
+directory (published: .data/prove/runs/; a working run: .data/prove/work/runs/).
 """
 
 from __future__ import annotations
@@ -634,7 +636,8 @@ class Run:
         self.sys.start()
         self.note("start", wf=self.wf_id)
 
-    def a_approve(self, amount: int = 2000) -> None:
+    def a_approve(self, amount: int | None = None) -> None:
+        amount = 2000 if amount is None else amount  # a per-family value left out: the default
         self.approved_amount = int(amount)
         self.sys.approve(int(amount))
         self.note("approve", amount=amount)

@@ -9,10 +9,12 @@ invariants it exercises, and the seeds per cell. See scenarios/README.md for an 
     scn = load("scenarios/S01.yaml")      # ScenarioError names the file, line and field
     scns = load_all(ids=["S01", "S02"])   # every scenarios/*.yaml, filtered by id
 
-Validation: first the JSON Schema (SCHEMA), then what a schema cannot say (invariant names
-from models/catalog.yaml, kill points from interlock_runtime.killpoints, `$param` references,
-predictions only for listed systems, tiers and variants). Every error carries the line of the
-offending node (yaml's node marks) and the path of the field.
+Validation: first the JSON Schema (SCHEMA: each action's arguments with their ranges, from
+ACTIONS), then what a schema cannot say (invariant names from models/catalog.yaml, kill points
+from interlock_runtime.killpoints, claim ids from prove/claims.py, `$param` references, every
+argument as each variant and system family resolves it, offsets within run_timeout, the steps
+an action needs before it, predictions only for listed systems, tiers and variants). Every
+error carries the line of the offending node (yaml's node marks) and the path of the field.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema
 import yaml
+
+from interlock_runtime.killpoints import POINTS
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
@@ -57,44 +61,159 @@ DEFAULT_TIMING: dict[str, float] = {
     "max_harness_lateness": 0.25,
 }
 
-# Timeline actions: name -> (kind, allowed argument names). Kinds: drive (the case itself),
-# fault (crashes, restarts, proxies), world (events in the world the agent acts on), wait.
-ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    # start worker subprocesses (maybe armed; via_proxy: through the run's fault proxy to
-    # Postgres or the Temporal server)
-    "workers": ("drive", ("kill_at", "stop_at", "count", "via_proxy")),
-    "start": ("drive", ()),  # start the workflow
-    "approve": ("drive", ("amount",)),  # a person approves {amount} (runtime: rt.approve)
-    "wait_crash": ("wait", ()),  # until the armed worker died by its kill point (SIGKILL)
-    "down": ("fault", ()),  # external SIGKILL of every live worker subprocess of the system
-    "restart": ("fault", ("count",)),  # fresh, unarmed worker subprocesses
-    "sleep": ("wait", ("seconds",)),
-    "hand_refund": ("world", ("amount",)),  # a person refunds through the target's admin
-    "revoke": ("world", ()),  # the approval is revoked (Temporal: the same revoked_at update)
-    "prune_keys": ("world", ()),  # EMULATED key expiry at the target
-    "target_delay": ("fault", ("ms", "count")),  # service delay in POST /refunds (next count)
-    "redecide": ("world", ("on",)),  # EMULATED model variance: later calls answer 3000
-    "wait_result": ("wait", ()),  # until the workflow ends (or run_timeout)
-    # S05: runtime rt.fork at the decision (then the person approves `approve` again);
-    # Temporal `temporal workflow reset --type FirstWorkflowTask` (the signal is reapplied)
-    "fork": ("world", ("approve",)),
-    "wait_send": ("wait", ()),  # until the first refund POST arrived at the target (t_send)
-    "partition": ("fault", ("after", "until")),  # blackhole the proxy, t_send+after..+until
-    # until the decision is recorded and the workflow waits for the approval
-    "wait_decided": ("wait", ()),
-    # S10: the system's server crashes and comes back (needs `servers: private`): the runtime's
-    # Postgres `pg_ctl stop -m immediate` + start; Temporal's dev server SIGKILL + start on the
-    # same SQLite file
-    "server_restart": ("fault", ()),
-    # S13: until the worker armed with stop_at is SIGSTOPped (resume_after: SIGCONT it then)
-    "wait_stopped": ("wait", ("resume_after",)),
-    # SIGCONT every stopped worker, `after` seconds after it stopped (default: now)
-    "resume": ("fault", ("after",)),
-    # world events of the mixed sweep
-    "cancel": ("world", ()),  # the workflow is cancelled (runtime rt.cancel; Temporal cancel)
-    "reapprove": ("world", ()),  # the person approves a second time (a duplicate signal)
-    "duplicate_start": ("drive", ()),  # the same workflow id is started again
+
+class Action(NamedTuple):
+    """A timeline action: its kind (drive: the case itself; fault: crashes, restarts,
+    proxies; world: events in the world the agent acts on; wait), its arguments (name -> the
+    JSON Schema of one value, after `$param` and per-family resolution), the ones it cannot do
+    without, and what it does (scenarios/README.md's actions table is generated from this,
+    prove/scenario_docs.py). Played by `prove.runner.Run.a_<name>`."""
+
+    kind: str
+    args: dict[str, dict]
+    does: str
+    required: tuple[str, ...] = ()
+
+
+# Argument values, checked for every variant and system family before anything runs: a value
+# the runner would refuse (a negative sleep, a zero count) is a scenario error, not a run-time
+# harness error (docs/design.md#scenarios).
+_SECONDS = {"type": "number", "minimum": 0}
+_COUNT = {"type": "integer", "minimum": 1}
+_CENTS = {"type": "integer", "minimum": 1}
+_POINT = {"enum": [*POINTS, None]}
+_FLAG = {"type": "boolean"}
+# Arguments that are offsets from a moment of the run: at most the run's `run_timeout`.
+OFFSETS = {("partition", "after"), ("partition", "until"), ("wait_stopped", "resume_after"),
+           ("resume", "after")}  # fmt: skip
+
+ACTIONS: dict[str, Action] = {
+    "workers": Action(
+        "drive",
+        {"kill_at": _POINT, "stop_at": _POINT, "count": _COUNT, "via_proxy": _FLAG},
+        "start worker subprocesses (`count`, default the system's "
+        "`runtime_workers` or `temporal_workers`) and wait until they are ready; "
+        "`kill_at` arms a kill point (the worker SIGKILLs itself there), "
+        "`stop_at` a stop point (it SIGSTOPs itself there), `via_proxy: true` "
+        "sends its Postgres or Temporal connections through the run's fault "
+        "proxy",
+    ),
+    "start": Action(
+        "drive",
+        {},
+        "start the refund workflow (runtime: `prove.flows.prove_refund`, "
+        "runtime_async: `prove_refund_async`; Temporal: `RefundWorkflow`)",
+    ),
+    "approve": Action(
+        "drive",
+        {"amount": _CENTS},
+        "once the decision is recorded, a person approves `amount` cents (default "
+        "2000; runtime: `rt.approve`; Temporal: a grant row plus the `approve` "
+        "signal)",
+    ),
+    "wait_crash": Action(
+        "wait",
+        {},
+        "until the armed worker died at its kill point (a real "
+        "SIGKILL; under an external crash plan, until the planned SIGKILL)",
+    ),
+    "down": Action("fault", {}, "external SIGKILL of every live worker subprocess of the system"),
+    "restart": Action(
+        "fault",
+        {"count": _COUNT},
+        "fresh, unarmed worker subprocesses (`count`, default as for `workers`)",
+    ),
+    "sleep": Action("wait", {"seconds": _SECONDS}, "the harness waits `seconds`", ("seconds",)),
+    "hand_refund": Action(
+        "world",
+        {"amount": _CENTS},
+        "a person refunds `amount` cents through the target's admin endpoint",
+        ("amount",),
+    ),
+    "revoke": Action(
+        "world",
+        {},
+        "the approval is revoked (runtime: `rt.revoke`; Temporal: the "
+        "same `revoked_at` update on `ilr.grants`)",
+    ),
+    "prune_keys": Action("world", {}, "EMULATED key expiry at the target"),
+    "target_delay": Action(
+        "fault",
+        {"ms": _SECONDS, "count": _COUNT},
+        "service delay of `ms` milliseconds inside `POST /refunds` (only "
+        "the next `count` POSTs when given)",
+        ("ms",),
+    ),
+    "redecide": Action(
+        "world",
+        {"on": _FLAG},
+        "EMULATED model variance: later model calls answer 3000 (`on: false` turns it off)",
+    ),
+    "wait_result": Action(
+        "wait",
+        {},
+        "until the workflow ends (or `run_timeout`); may come "
+        "twice (S05: the original, then the fork)",
+    ),
+    "fork": Action(
+        "world",
+        {"approve": _CENTS},
+        "S05: runtime `rt.fork(wf, at_seq=<the decision's seq>)`, then the person "
+        "approves the fork for `approve` cents again; Temporal `temporal workflow "
+        "reset --type FirstWorkflowTask` (Temporal reapplies the approve signal "
+        "itself)",
+    ),
+    "wait_send": Action(
+        "wait",
+        {},
+        "until the first refund POST arrived at the target (the time origin of `partition`)",
+    ),
+    "partition": Action(
+        "fault",
+        {"after": _SECONDS, "until": _SECONDS},
+        "blackhole the run's fault proxy from `after` to `until` seconds after "
+        "the first refund POST arrived (`until` > `after`); needs an earlier "
+        "`workers` with `via_proxy: true` (runtime: its Postgres sessions; "
+        "Temporal: its link to the server)",
+        ("after", "until"),
+    ),
+    "wait_decided": Action(
+        "wait", {}, "until the decision is recorded and the workflow waits for the approval"
+    ),
+    "server_restart": Action(
+        "fault",
+        {},
+        "S10: the system's server crashes and comes back "
+        "(needs `servers: private`): the runtime's Postgres `pg_ctl stop "
+        "-m immediate` and start; Temporal's dev server SIGKILL and start "
+        "on the same SQLite file",
+    ),
+    "wait_stopped": Action(
+        "wait",
+        {"resume_after": _SECONDS},
+        "S13: until the worker armed with `stop_at` (an earlier `workers`) "
+        "SIGSTOPped itself; `resume_after`: SIGCONT it that many seconds "
+        "after the stop",
+    ),
+    "resume": Action(
+        "fault",
+        {"after": _SECONDS},
+        "SIGCONT every stopped worker, `after` "
+        "seconds after it stopped (default: now; after `wait_stopped` with "
+        "`resume_after`: wait for that SIGCONT)",
+    ),
+    "cancel": Action(
+        "world",
+        {},
+        "the workflow is cancelled (runtime `rt.cancel`; Temporal "
+        "cancel); refused when it already ended (recorded, not an error)",
+    ),
+    "reapprove": Action(
+        "world", {}, "the person approves a second time with the same amount (a duplicate signal)"
+    ),
+    "duplicate_start": Action("drive", {}, "the same workflow id is started again"),
 }
+
 QUANTITIES = ("total_cents", "agent_cents", "hand_cents", "agent_applications", "agent_sends")
 COMPARATORS = ("eq", "le", "ge")
 _PARAM = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
@@ -142,12 +261,33 @@ _sizes = {
         "full": {"type": "integer", "minimum": 1},
     },
 }
+_param_ref = {"type": "string", "pattern": _PARAM.pattern}
+
+
+def _arg_value(schema: dict) -> dict:
+    """One argument as written: the value itself, a `$param`, or {runtime: X, temporal: Y}.
+    A `$param` is checked against `schema` once resolved (load())."""
+    one = {"anyOf": [schema, _param_ref]}
+    per_family = {"type": "object", "propertyNames": {"enum": ["runtime", "temporal"]},
+                  "minProperties": 1, "additionalProperties": one}  # fmt: skip
+    return {"anyOf": [schema, _param_ref, per_family]}
+
+
+def _action_args(action: Action) -> dict:
+    return {
+        "type": "object" if action.required else ["object", "null"],
+        "additionalProperties": False,
+        "properties": {name: _arg_value(schema) for name, schema in action.args.items()},
+        "required": list(action.required),
+    }
+
+
 _action = {
     "type": "object",
     "minProperties": 1,
     "maxProperties": 1,
     "propertyNames": {"enum": list(ACTIONS)},
-    "additionalProperties": {"type": ["object", "null"], "additionalProperties": _value},
+    "properties": {name: _action_args(a) for name, a in ACTIONS.items()},
 }
 
 SCHEMA: dict[str, Any] = {
@@ -165,6 +305,7 @@ SCHEMA: dict[str, Any] = {
         "predicted",
         "invariants",
         "seeds",
+        "claims",
     ],  # fmt: skip
     "properties": {
         "id": {"type": "string", "pattern": "^(S[0-9]{2}[a-zL]?|MIX)$"},
@@ -176,6 +317,28 @@ SCHEMA: dict[str, Any] = {
             "items": {"enum": list(SYSTEMS)},
             "minItems": 1,
             "uniqueItems": True,
+        },  # fmt: skip
+        # the claims of prove/claims.py its cells bear on: `C3` (every tier) or {C2: [1, 2]}
+        "claims": {
+            "type": "array",
+            "uniqueItems": True,
+            "items": {
+                "anyOf": [
+                    {"type": "string", "pattern": "^C[0-9]+$"},
+                    {
+                        "type": "object",
+                        "minProperties": 1,
+                        "maxProperties": 1,
+                        "propertyNames": {"pattern": "^C[0-9]+$"},
+                        "additionalProperties": {
+                            "type": "array",
+                            "items": _tier,
+                            "minItems": 1,
+                            "uniqueItems": True,
+                        },
+                    },
+                ]
+            },
         },  # fmt: skip
         "params": {"type": "object"},
         "variants": {
@@ -233,6 +396,15 @@ SCHEMA: dict[str, Any] = {
 }
 
 
+# A scenario file kept in a committed pack (prove/prove_raw.py) is read to render what was
+# run, not to run it: one written before `claims:` existed loads without it (prove/claims.py
+# maps those packs), and its arguments are not held to checks added since it ran.
+SCHEMA_AS_RUN: dict[str, Any] = copy.deepcopy(SCHEMA)
+SCHEMA_AS_RUN["required"].remove("claims")
+SCHEMA_AS_RUN["properties"]["timeline"]["items"] = {
+    **_action, "properties": {}, "additionalProperties": {"type": ["object", "null"]}}  # fmt: skip
+
+
 class ScenarioError(ValueError):
     """A bad scenario file: names the file, the line, the field's path and what was expected."""
 
@@ -278,6 +450,9 @@ class Scenario:
     iterations: dict[str, int] = field(default_factory=dict)
     servers: str = "shared"
     weight: int = 1  # sweep slots one run occupies
+    # (claim id, tiers or None: every tier) per claim it names; None: a file from a pack
+    # written before scenarios named their claims
+    claims: tuple[tuple[str, tuple[int, ...] | None], ...] | None = None
     path: str = ""
     raw: dict = field(default_factory=dict, repr=False)
 
@@ -394,7 +569,30 @@ def _where(path: list[Any]) -> str:
     return out
 
 
+def _action_message(err: jsonschema.ValidationError) -> str | None:
+    """A timeline argument's error in the action's terms, not the schema's."""
+    p = list(err.absolute_path)
+    if len(p) < 3 or p[0] != "timeline" or p[2] not in ACTIONS:
+        return None
+    spec = ACTIONS[p[2]]
+    if len(p) == 3 and err.validator == "type" and err.instance is None and spec.required:
+        return f"{p[2]} needs {', '.join(spec.required)}"
+    if len(p) == 3 and err.validator == "additionalProperties":
+        return f"{p[2]} takes {list(spec.args) or 'nothing'}"
+    if len(p) >= 4 and "enum" in spec.args.get(p[3], {}) and isinstance(err.instance, str):
+        return f"unknown kill point {err.instance!r}; known: {', '.join(POINTS)}"
+    if len(p) >= 4 and p[3] in spec.args and err.validator in ("pattern", "enum", "minimum",
+                                                                "type"):  # fmt: skip
+        known = f"; known: {', '.join(POINTS)}" if "enum" in spec.args[p[3]] else ""
+        return (f"{p[3]} must be {describe(spec.args[p[3]])} or a $param, not "
+                f"{err.instance!r}{known}")  # fmt: skip
+    return None
+
+
 def _schema_message(err: jsonschema.ValidationError) -> str:
+    action_msg = _action_message(err)
+    if action_msg:
+        return action_msg
     v = err.validator
     if v == "required":
         return err.message.replace("is a required property", "is required")
@@ -420,8 +618,88 @@ def _catalog_invariants() -> set[str]:
     return set(catalog.load().invariants)
 
 
-def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario:
-    """Load and validate one scenario file; raise ScenarioError on the first problem."""
+def describe(schema: dict) -> str:
+    """An argument's schema in words (error messages, scenarios/README.md's actions table)."""
+    if "enum" in schema:
+        return "a kill point"
+    kind = {"number": "a number", "integer": "an integer", "boolean": "true or false"}
+    text = kind[schema["type"]]
+    return f"{text} >= {schema['minimum']}" if "minimum" in schema else text
+
+
+def _resolved(value: Any, params: dict[str, Any], family: str) -> Any:
+    """One argument as the runner gets it (Scenario.steps): `$param`, then per family."""
+    value = resolve_param(value, params)
+    if isinstance(value, dict):
+        value = resolve_param(value.get(family), params)
+    return value
+
+
+def _check_steps(data: dict, params: dict[str, Any], family: str, run_timeout: float,
+                 fail: Any, where: str) -> None:  # fmt: skip
+    """Every argument of the timeline as one variant and system family will run it: in range
+    (ACTIONS' schemas), and consistent with the steps before it and with the run's length, so
+    a scenario that loads cannot fail at run time on an argument."""
+    proxied = stopped = False
+    for i, item in enumerate(data.get("timeline") or []):
+        ((action, raw_args),) = item.items()
+        spec = ACTIONS[action]
+        args = {k: _resolved(val, params, family) for k, val in (raw_args or {}).items()}
+        for k, val in args.items():
+            at = ["timeline", i, action, k]
+            if val is None:
+                if k in spec.required:
+                    fail(at, f"{action} needs {k}; it has no value{where}")
+                continue
+            if k in ("kill_at", "stop_at") and val not in POINTS:
+                fail(at, f"unknown kill point {val!r}{where}; known: {', '.join(POINTS)}")
+            if not jsonschema.Draft202012Validator(spec.args[k]).is_valid(val):
+                fail(at, f"{k} must be {describe(spec.args[k])}, not {val!r}{where}")
+            if (action, k) in OFFSETS and val > run_timeout:
+                fail(at, f"{k} {val} s is beyond the run: run_timeout is {run_timeout:g} s{where}")
+        proxied = proxied or bool(action == "workers" and args.get("via_proxy"))
+        stopped = stopped or bool(action == "workers" and args.get("stop_at"))
+        if action == "partition":
+            if not proxied:
+                fail(["timeline", i, action], "partition needs an earlier `workers` with "
+                     f"via_proxy: true{where}")  # fmt: skip
+            if args["until"] <= args["after"]:
+                fail(["timeline", i, action, "until"], f"until ({args['until']}) must be after "
+                     f"after ({args['after']}){where}")  # fmt: skip
+        if action == "wait_stopped" and not stopped:
+            fail(["timeline", i, action], f"wait_stopped needs an earlier `workers` with "
+                 f"stop_at{where}")  # fmt: skip
+        if action == "server_restart" and data.get("servers") != "private":
+            fail(["timeline", i, action], "server_restart needs `servers: private` (a crash of "
+                 "a shared server would hit every other run)")  # fmt: skip
+
+
+def _claims(data: dict, fail: Any) -> tuple[tuple[str, tuple[int, ...] | None], ...] | None:
+    """The claims the scenario names, checked against prove/claims.py and its tiers."""
+    from prove.claims import CLAIMS
+
+    if "claims" not in data:
+        return None
+    ids = [c.id for c in CLAIMS]
+    out: list[tuple[str, tuple[int, ...] | None]] = []
+    for i, item in enumerate(data["claims"]):
+        cid, tiers = (item, None) if isinstance(item, str) else next(iter(item.items()))
+        if cid not in ids:
+            fail(["claims", i], f"{cid!r} is not a claim of prove/claims.py; known: "
+                 f"{', '.join(ids)}")  # fmt: skip
+        if any(c == cid for c, _ in out):
+            fail(["claims", i], f"{cid} is named twice; give it once, with every tier it covers")
+        for t in tiers or ():
+            if t not in data["tiers"]:
+                fail(["claims", i, cid], f"tier {t} is not among the scenario's tiers")
+        out.append((cid, tuple(tiers) if tiers else None))
+    return tuple(out)
+
+
+def load(path: Path | str, known_invariants: set[str] | None = None,
+         as_run: bool = False) -> Scenario:  # fmt: skip
+    """Load and validate one scenario file; raise ScenarioError on the first problem.
+    as_run: a file as a committed pack keeps it (SCHEMA_AS_RUN)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -448,7 +726,7 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
     if not isinstance(data, dict):
         raise ScenarioError(path, 1, "", "expected a mapping at the top level")
 
-    validator = jsonschema.Draft202012Validator(SCHEMA)
+    validator = jsonschema.Draft202012Validator(SCHEMA_AS_RUN if as_run else SCHEMA)
     # keys of a YAML mapping may be ints as well as strings: sort paths by their text
     errors = sorted(validator.iter_errors(data),
                     key=lambda e: ([str(p) for p in e.absolute_path], e.message))  # fmt: skip
@@ -463,6 +741,9 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
             p = p + [err.instance]
             allowed = err.validator_value if err.validator == "enum" else []
             msg = f"unknown name {err.instance!r}; expected one of: {', '.join(map(str, allowed))}"
+        elif err.validator == "additionalProperties" and p[:1] == ["timeline"]:
+            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})), key=str)
+            p = p + extra[:1]  # an argument the action does not take: point at it
         raise ScenarioError(path, _line(root, p), _where(p), msg)
 
     def fail(p: list[Any], msg: str) -> None:
@@ -474,8 +755,6 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
     for i, name in enumerate(data["invariants"]):
         if name not in known:
             fail(["invariants", i], f"{name!r} is not an invariant of models/catalog.yaml")
-
-    from interlock_runtime.killpoints import POINTS
 
     base_params = data.get("params") or {}
     raw_variants = data.get("variants") or [{"name": "base"}]
@@ -497,21 +776,21 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
         fail(["driver"], "a driver scenario needs iterations: {quick: N, full: M}")
     for i, item in enumerate(data.get("timeline") or []):
         ((action, args),) = item.items()
-        allowed = ACTIONS[action][1]
         for k, val in (args or {}).items():
-            if k not in allowed:
-                fail(["timeline", i, action, k], f"{action} takes {list(allowed) or 'nothing'}")
             values = list(val.values()) if isinstance(val, dict) else [val]
             for one in values:
                 m = _PARAM.match(one) if isinstance(one, str) else None
                 if m and m.group(1) not in base_params:
                     fail(["timeline", i, action, k], f"${m.group(1)} is not defined in params")
-                for vparams in [base_params] + [v.get("params") or {} for v in raw_variants]:
-                    point = resolve_param(one, {**base_params, **vparams})
-                    if k in ("kill_at", "stop_at") and point and point not in POINTS:
-                        fail(["timeline", i, action, k],
-                             f"unknown kill point {point!r}; known: {', '.join(POINTS)}")  # fmt: skip
+    for v in raw_variants if not as_run else ():
+        timing = {**DEFAULT_TIMING, **(data.get("timing") or {}), **(v.get("timing") or {})}
+        params = {**base_params, **(v.get("params") or {})}
+        for fam in sorted({FAMILY[s] for s in data["systems"]}):
+            _check_steps(data, params, fam, timing["run_timeout"], fail,
+                         f" (variant {v['name']}, {fam})" if len(raw_variants) > 1
+                         else f" ({fam})")  # fmt: skip
 
+    named = _claims(data, fail)
     for i, p in enumerate(data["predicted"]):
         if p["system"] not in data["systems"]:
             fail(["predicted", i, "system"], f"{p['system']} is not among the scenario's systems")
@@ -545,15 +824,16 @@ def load(path: Path | str, known_invariants: set[str] | None = None) -> Scenario
         invariants=tuple(data["invariants"]), seeds=dict(data["seeds"]),
         emulated=tuple(data.get("emulated") or ()), driver=data.get("driver"),
         iterations=dict(data.get("iterations") or {}), servers=data.get("servers", "shared"),
-        weight=int(data.get("weight", 1)), path=str(path), raw=data,
+        weight=int(data.get("weight", 1)), claims=named, path=str(path), raw=data,
     )  # fmt: skip
 
 
-def load_all(ids: list[str] | None = None, directory: Path | str = SCENARIOS) -> list[Scenario]:
+def load_all(ids: list[str] | None = None, directory: Path | str = SCENARIOS,
+             as_run: bool = False) -> list[Scenario]:  # fmt: skip
     """Every scenario in `directory`, in id order; `ids` filters (an unknown id is an error)."""
     files = sorted(Path(directory).glob("*.yaml"))
     known = _catalog_invariants()
-    scns = [load(f, known) for f in files]
+    scns = [load(f, known, as_run) for f in files]
     if ids:
         have = {s.id for s in scns}
         missing = [i for i in ids if i not in have]

@@ -27,9 +27,13 @@ def sweep(rates: dict[tuple[str, int], tuple[tuple, tuple, tuple]]) -> tuple[dic
     return idx, verdicts, table
 
 
-C = claims.Claim("X", "x", (("S03", None),), {"temporal_idem": "better",
-                                                "temporal_check": "better"},
-                 ("sent_under_revoked_grant",))  # fmt: skip
+C = claims.Claim(
+    "X",
+    "x",
+    {"temporal_idem": "better", "temporal_check": "better"},
+    ("sent_under_revoked_grant",),
+    cells=(("S03", None),),
+)
 
 
 def test_a_claim_is_supported_only_when_every_differing_comparison_is_decided() -> None:
@@ -53,14 +57,14 @@ def test_a_worse_verdict_or_a_nonzero_counter_contradicts() -> None:
 
 
 def test_not_worse_claims_are_never_called_proven() -> None:
-    nw = claims.Claim("Y", "y", (("S01", (1,)),), {"temporal_idem": "not_worse"})
+    nw = claims.Claim("Y", "y", {"temporal_idem": "not_worse"}, cells=(("S01", (1,)),))
     idx, verdicts, _ = sweep({("S01", 1): ((5, 5), (5, 5), (5, 5)),
                               ("S01", 2): ((0, 5), (5, 5), (5, 5))})  # fmt: skip
     out = claims.judge(nw, idx, verdicts)
     assert out["status"].startswith("consistent") and len(out["rows"]) == 1  # tier 2 not in it
-    assert claims.judge(claims.Claim("Z", "z", (("S77", None),)), idx, verdicts)["status"] == (
-        "not measured in this sweep"
-    )
+    assert claims.judge(claims.Claim("Z", "z", cells=(("S77", None),)), idx, verdicts)[
+        "status"
+    ] == ("not measured in this sweep")
 
 
 def test_decisive_share_counts_only_differing_point_estimates() -> None:
@@ -72,9 +76,33 @@ def test_decisive_share_counts_only_differing_point_estimates() -> None:
     assert share["open"] == ["S02 t1 base vs (b)", "S03 t1 base vs (b)"]
 
 
-def test_every_claim_names_known_scenarios() -> None:
+def test_the_scenarios_name_the_claims_the_published_report_was_judged_on() -> None:
+    """Moving the claim->cells table into the scenario files lost nothing: the shipped
+    scenarios bind every claim to the cells of the table that packs from before keep."""
     from prove.scenario import load_all
 
-    known = {s.id for s in load_all(None)}
-    for c in claims.CLAIMS:
-        assert {scn for scn, _ in c.cells} <= known, c.id
+    bound = {c.id: c.cells for c in claims.bind(load_all(None))}
+    assert bound == claims.CELLS_BEFORE_SCENARIOS_NAMED_CLAIMS
+
+
+def test_a_pack_from_before_named_claims_keeps_its_cells() -> None:
+    """Scenario files without `claims:` (a pack committed before the field) take the table;
+    once any scenario names claims, only what the scenarios name counts."""
+
+    class Old:
+        id, claims = "S03", None
+
+    class New:
+        id, claims = "S42", (("C3", None),)
+
+    old = {c.id: c.cells for c in claims.bind([Old()])}
+    assert old["C3"] == (("S03", None), ("S12", None))
+    new = {c.id: c.cells for c in claims.bind([New()])}
+    assert new["C3"] == (("S42", None),) and new["C1"] == ()
+
+
+def test_every_claim_is_named_by_a_shipped_scenario() -> None:
+    from prove.scenario import load_all
+
+    for c in claims.bind(load_all(None)):
+        assert c.cells, f"no scenario names {c.id}"

@@ -327,6 +327,7 @@ oracle:
 predicted:
   - {system: runtime, tier: 1, total_cents: 2000}
 invariants: [EffectAtMostOnceTier12]
+claims: []
 """
 
 

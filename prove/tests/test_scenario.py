@@ -40,6 +40,7 @@ GOOD = textwrap.dedent("""\
       - {system: runtime, tier: 1, total_cents: 2000, status: COMMITTED_BY_RETRY}
       - {system: temporal_idem, tier: 2, total_cents: 4000}
     invariants: [AtMostOneCommit]
+    claims: [{C2: [1]}]
     """)
 
 
@@ -101,7 +102,7 @@ def test_a_good_file_resolves_params_families_and_oracles(tmp_path) -> None:
         ("invariants: [AtMostOneCommit]", "invariants: [AtMostOnceCommit]", 29,
          "invariants[0]", "not an invariant of models/catalog.yaml"),
         ("temporal: effect_after_send}", "temporal: effect_after_lunch}", 15,
-         "timeline[0].workers.kill_at", "unknown kill point 'effect_after_lunch'"),
+         "timeline[0].workers.kill_at.temporal", "unknown kill point 'effect_after_lunch'"),
         ("{system: temporal_idem, tier: 2", "{system: temporal_check, tier: 2", 28,
          "predicted[1].system", "not among the scenario's systems"),
         ("approve: {amount: 2000}", "approve: {amount: 2000, by: bob}", 17,
