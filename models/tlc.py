@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from models import catalog as catalog_mod
-from models import gen_cfg, tlc_trace
+from models import gen_cfg, tlc_pending, tlc_trace
 from world import gitstate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1000,6 +1000,9 @@ def main(argv: list[str] | None = None) -> int:
         rejudge(cat, results)
         wall = previous["wall_seconds"]
         previous = {"merged_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    if not opts.write:
+        # a working run: its outcomes serve working Prove runs (models/tlc_pending.py)
+        log(f"tlc: outcomes kept in {tlc_pending.save_working(results).relative_to(ROOT)}")
     if opts.write:
         write_report(cat, results, wall, opts)
         if TRACES.exists():

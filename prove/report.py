@@ -432,19 +432,27 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
     report from that pack alone, as `--verify` will."""
     from baselines.refund import activity_source
 
+    # a working sweep may read working TLC runs; the published one reads results/ alone
+    working = None if out_dir.resolve() == RESULTS.resolve() else _working_tlc()
     meta = {
         "sweep": {"generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "size": size,
                   "argv": argv or [], "wall_seconds": wall, "versions": versions},
         "scenarios": prove_raw.scenario_texts(scns),
         "inputs": {
             "tlc": [[m, inv, o] for (m, inv), o in
-                    sorted(tlc_outcomes(REPO / "results" / "runtime_tlc.json").items())],
+                    sorted(tlc_outcomes(REPO / "results" / "runtime_tlc.json", working).items())],
             "bench": bench_lines(REPO / "results" / "bench.json"),
             "activity_bodies": {m: activity_source(m) for m in ("temporal_idem", "temporal_check")},
         },
     }  # fmt: skip
     prove_raw.pack(out_dir / prove_raw.DIRNAME, results, meta)
     return render_from_raw(out_dir)
+
+
+def _working_tlc() -> dict | None:
+    from models import tlc_pending
+
+    return tlc_pending.read_working()
 
 
 def _scenarios_from(index: dict) -> list[Scenario]:
@@ -708,11 +716,12 @@ def tlc_rows(scns: list[Scenario], cells: list[dict], tlc: dict) -> list[list[st
         for inv in s.invariants:
             bad = sum(c["invariant_failures"].get(inv, 0) for c in rt_cells)
             model = tlc.get(("interlock", inv))
+            outcome = (model or "").removesuffix(f" ({WORKING_TLC})")
             if model is None:
                 agree = "n/a (not in the model)"
             elif model.startswith(NOT_YET_CHECKED):
                 model, agree = NOT_YET_CHECKED, model
-            elif model == "hold":
+            elif outcome == "hold":
                 agree = "yes" if bad == 0 else "**no**"
             else:
                 agree = "yes" if bad > 0 else "model only (no run hit it)"
@@ -878,11 +887,13 @@ def _run_ports(results: list[dict]) -> str:
 NOT_YET_CHECKED = "not yet checked"
 
 
-def tlc_outcomes(path: Path) -> dict[tuple[str, str], str]:
+def tlc_outcomes(path: Path, working: dict | None = None) -> dict[tuple[str, str], str]:
     """(mode, invariant) -> "hold", or "violated at t2, t3": TLC's outcome over the configs
     with every assumption in force (no broken variant, no toggles).  A catalog row the model
     checks but the results predate (a new invariant) -> "not yet checked: run `...`", the
-    quick TLC run that merges it in (models/tlc_pending.py), never "not in the model"."""
+    quick TLC run that checks it (models/tlc_pending.py), never "not in the model".  A working
+    sweep passes `working`, the outcomes of working TLC runs on the models as they are now: a
+    pending row found there reads "hold (working TLC run)"; a published sweep never does."""
     try:
         doc = json.loads(path.read_text())
         configs = doc["configs"]
@@ -896,6 +907,21 @@ def tlc_outcomes(path: Path) -> dict[tuple[str, str], str]:
         pending: list[str] = []  # the generator and the tests say what is wrong with it
     else:
         pending = tlc_pending.unchecked(cat, doc)
+    out = _outcomes(configs)
+    if pending:
+        extra = _outcomes((working or {}).get("configs", []))
+        run = tlc_pending.command(cat, pending, doc)
+        for inv in pending:
+            got = extra.get(("interlock", inv))
+            out[("interlock", inv)] = (f"{got} ({WORKING_TLC})" if got else
+                                       f"{NOT_YET_CHECKED}: run `{run}`")  # fmt: skip
+    return out
+
+
+WORKING_TLC = "working TLC run"
+
+
+def _outcomes(configs: list[dict]) -> dict[tuple[str, str], str]:
     seen: dict[tuple[str, str], set[str]] = defaultdict(set)
     for c in configs:
         if c.get("broken") or c.get("toggles") or c.get("kind") != "safety":
@@ -904,14 +930,8 @@ def tlc_outcomes(path: Path) -> dict[tuple[str, str], str]:
             tiers = seen[(c["mode"], inv)]
             if r.get("outcome") == "V":
                 tiers.add(c.get("tier") or "-")
-    out = {}
-    for key, tiers in seen.items():
-        out[key] = "hold" if not tiers else "violated at " + ", ".join(sorted(tiers))
-    if pending:
-        run = tlc_pending.command(cat, pending, doc)
-        for inv in pending:
-            out[("interlock", inv)] = f"{NOT_YET_CHECKED}: run `{run}`"
-    return out
+    return {key: "hold" if not tiers else "violated at " + ", ".join(sorted(tiers))
+            for key, tiers in seen.items()}  # fmt: skip
 
 
 def copy_failures(cells: list[dict], results: list[dict], dest: Path) -> list[Path]:

@@ -4,6 +4,7 @@ quick run that checks it.  Scratch copies of the catalog and the specs, no TLC."
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -91,9 +92,29 @@ def test_a_row_the_results_predate_is_not_yet_checked_with_a_quick_command():
     doc = _results_without("NoOverlappingSends")
     assert tlc_pending.unchecked(cat, doc) == ["NoOverlappingSends"]
     cmd = tlc_pending.command(cat, ["NoOverlappingSends"], doc)
+    assert tlc_pending.command(cat, ["NoOverlappingSends"], doc, merge=False) + " --merge" == cmd
     assert cmd.startswith("python -m models.tlc --only ") and cmd.endswith(" --merge")
     configs = cmd.split("--only ")[1].split(" --merge")[0].split()
     assert "Quick_t2_G1" in configs  # quick, and plain: what the Prove report reads
     assert all(cat.config(c).quick for c in configs)
     note = tlc_pending.note(cat, doc)
-    assert note is not None and "NoOverlappingSends" in note and cmd in note
+    assert note is not None and "NoOverlappingSends" in note
+    assert f"`{cmd.removesuffix(' --merge')}`" in note and "add --merge" in note
+
+
+def test_a_working_tlc_run_fills_a_pending_row_for_working_sweeps_only(tmp_path, monkeypatch):
+    from prove import report
+
+    doc = _results_without("NoOverlappingSends")
+    published = tmp_path / "runtime_tlc.json"
+    published.write_text(json.dumps(doc))
+    quick = next(c for c in tlc_pending.read_results()["configs"] if c["name"] == "Quick_t2_G1")
+    working = tmp_path / "working.json"
+    tlc_pending.save_working([quick], working)
+    key = ("interlock", "NoOverlappingSends")
+    assert report.tlc_outcomes(published)[key].startswith("not yet checked: run `")
+    got = report.tlc_outcomes(published, tlc_pending.read_working(working))[key]
+    assert got == "hold (working TLC run)"
+    # outcomes checked against other models say nothing about these
+    monkeypatch.setattr(tlc_pending, "models_hash", lambda root=ROOT: "0" * 16)
+    assert tlc_pending.read_working(working) is None
