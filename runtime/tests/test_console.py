@@ -24,6 +24,7 @@ import pytest
 from conftest import REPO, wait_for
 from interlock_runtime import Runtime, db, journal
 from interlock_runtime.console import auth
+from world import gitstate
 from world.target import Target
 from world.target_client import TargetAdmin
 
@@ -111,10 +112,16 @@ def target(target_factory) -> tuple[Target, TargetAdmin]:
 
 @pytest.fixture
 def shots(tmp_path: Path):
-    where = Path(os.environ.get("ILR_CONSOLE_SHOTS") or tmp_path / "shots")
+    publish = os.environ.get("ILR_CONSOLE_SHOTS")
+    where = Path(publish or tmp_path / "shots")
     if not where.is_absolute():
         where = REPO / where
     where.mkdir(parents=True, exist_ok=True)
+    if publish:
+        # which code drew the published screenshots (results/INDEX.md reads it)
+        manifest = {"commit": gitstate.commit(), "dirty": gitstate.dirty(),
+                    "command": "make console-shots"}  # fmt: skip
+        (where / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
 
     def shot(page, name: str) -> None:
         page.screenshot(path=str(where / f"{name}.png"), full_page=True)
