@@ -27,7 +27,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -37,6 +36,7 @@ from pathlib import Path
 import psycopg
 
 from interlock_runtime import local_postgres
+from world.temporal_server import free_port
 
 SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
@@ -59,12 +59,6 @@ SETTINGS = {
 
 class PairError(RuntimeError):
     """The pair could not be managed; the message carries the server log's tail."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

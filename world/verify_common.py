@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import gzip
+import hashlib
 import io
 import json
 import re
@@ -248,3 +249,13 @@ def finish(outcomes: list[Outcome]) -> int:
     for o in outcomes:
         print(o.report())
     return 1 if any(o.status == DIFFERS for o in outcomes) else 0
+
+
+def tree_hash(root: Path) -> str:
+    """One hash of every file under root, names and bytes: a test that must leave the
+    published results/ as they were compares it before and after."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()

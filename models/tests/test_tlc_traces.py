@@ -6,7 +6,6 @@ changed, and conformance/trace_replay.py reads the saved file.  One TLC run of a
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import subprocess
 import sys
@@ -16,23 +15,16 @@ import pytest
 
 from conformance import trace_replay
 from models import tlc, tlc_trace
+from world.verify_common import tree_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = "Broken_EarlyTakeover"
 
 
-def _tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
-
-
 @pytest.fixture(scope="module")
 def only_run():
     """`python -m models.tlc --only Broken_EarlyTakeover`, with results/ hashed around it."""
-    before = _tree_hash(ROOT / "results")
+    before = tree_hash(ROOT / "results")
     saved = tlc_trace.SCRATCH / tlc_trace.file_name(CONFIG, "LeaseMutex")
     if saved.exists():
         saved.unlink()  # the file must come from this run
@@ -57,7 +49,7 @@ def test_only_prints_the_trace_and_saves_it_under_data(only_run):
     assert "  now = 0" in state1 and "  ws = [" in state1
     assert 'ws.w1.pc: "idle" -> "load"' in state2 and "wfEpoch: 0 -> 1" in state2
     assert "now" not in state2 and "revokeReturned" not in state2
-    assert _tree_hash(ROOT / "results") == before, "an --only run changed results/"
+    assert tree_hash(ROOT / "results") == before, "an --only run changed results/"
 
 
 def test_trace_replay_reads_the_saved_file(only_run):

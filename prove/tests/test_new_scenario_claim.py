@@ -8,23 +8,14 @@ spending minutes on runs. Postgres is started for real, as `python -m prove` doe
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 from prove import __main__ as cli
 from prove import prove_raw, report, runner
-
-
-def _tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
+from world.verify_common import tree_hash
 
 
 def _as_s15(runs: list[dict]) -> list[dict]:
@@ -43,7 +34,7 @@ def _as_s15(runs: list[dict]) -> list[dict]:
 @pytest.mark.parametrize("named", ["[C3]", "[]"])
 def test_a_new_scenario_naming_a_claim_is_counted_by_it(tmp_path, monkeypatch, capsys,
                                                         named) -> None:  # fmt: skip
-    before = _tree_hash(report.RESULTS)
+    before = tree_hash(report.RESULTS)
     scenarios = tmp_path / "scenarios"
     shutil.copytree(runner.REPO / "scenarios", scenarios)
     text = (scenarios / "S03.yaml").read_text().replace("id: S03", "id: S15", 1)
@@ -67,4 +58,4 @@ def test_a_new_scenario_naming_a_claim_is_counted_by_it(tmp_path, monkeypatch, c
         assert "| S15 t1 | 5/5 |" in (out / "runtime_prove.md").read_text()
     else:
         assert c3["rows"] == [] and c3["status"] == "not measured in this sweep", c3
-    assert _tree_hash(report.RESULTS) == before
+    assert tree_hash(report.RESULTS) == before

@@ -15,7 +15,6 @@ Postgres, real worker processes; about a minute."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -25,6 +24,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from world.verify_common import tree_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,14 +46,6 @@ def applied_only_what_arrived(ev: Evidence) -> list[str]:
             for key, n in ev.applied().items() if n > len(posts[key])]
 
 """
-
-
-def _tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
 
 
 def _copy_repo(dest: Path) -> None:
@@ -93,11 +86,11 @@ class Loop:
 def test_the_researchers_loop_on_a_scratch_copy(tmp_path):
     from interlock_runtime.testing import admin_dsn
 
-    published = _tree_hash(ROOT / "results")
+    published = tree_hash(ROOT / "results")
     copy = tmp_path / "repo"
     _copy_repo(copy)
     loop = Loop(copy, admin_dsn())
-    copied = _tree_hash(copy / "results")
+    copied = tree_hash(copy / "results")
     tla = copy / "models"
 
     # 1. Break a spec: schedule passes without the lock and without the key.
@@ -166,8 +159,8 @@ def test_the_researchers_loop_on_a_scratch_copy(tmp_path):
     loop.times["add a scenario, run it"] = time.monotonic() - t0
 
     # 4. Nothing published moved.
-    assert _tree_hash(copy / "results") == copied, "the loop changed results/ in the copy"
-    assert _tree_hash(ROOT / "results") == published, "the loop changed the repository's results/"
+    assert tree_hash(copy / "results") == copied, "the loop changed results/ in the copy"
+    assert tree_hash(ROOT / "results") == published, "the loop changed the repository's results/"
     total = sum(loop.times.values())
     print("the researcher's loop: " + "; ".join(f"{k} {v:.1f} s" for k, v in loop.times.items())
           + f"; total {total:.1f} s")  # fmt: skip
