@@ -433,10 +433,12 @@ def write(scns: list[Scenario], results: list[dict], versions: dict, wall: float
     from baselines.refund import activity_source
 
     # a working sweep may read working TLC runs; the published one reads results/ alone
-    working = None if out_dir.resolve() == RESULTS.resolve() else _working_tlc()
+    published = out_dir.resolve() == RESULTS.resolve()
+    working = None if published else _working_tlc()
     meta = {
         "sweep": {"generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "size": size,
-                  "argv": argv or [], "wall_seconds": wall, "versions": versions},
+                  "argv": argv or [], "wall_seconds": wall, "versions": versions,
+                  "published": published},
         "scenarios": prove_raw.scenario_texts(scns),
         "inputs": {
             "tlc": [[m, inv, o] for (m, inv), o in
@@ -580,6 +582,9 @@ def texts(scns: list[Scenario], results: list[dict], index: dict, out_dir: Path,
                                                 ("(b)", "drop_sensitive_vs_b")) if r[key]]  # fmt: skip
     context = {
         "argv": f" {' '.join(argv)}" if argv else "", "generated": generated, "size": size,
+        # packs made before "published" was kept: the published sweep passed --publish or nothing
+        "made_by": "`make prove`" if sweep.get("published", not argv or "--publish" in argv)
+                   else "a working run, not the published sweep,",
         "n_results": len(results), "cells": cells, "wall": wall, "span": _span(results),
         "seeds": seeds, "n_min": min((c["n"] for c in cells), default=0),
         "n_max": max((c["n"] for c in cells), default=0),
