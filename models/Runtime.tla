@@ -382,7 +382,7 @@ DispatchCommit(w) ==
                    ELSE GrantCovers(e, offer)
         why == CASE boundPayload[e] # 0 /\ boundPayload[e] # offer -> "conflicting_payload"
                  [] cancelReq -> "cancelled"
-                 [] ~grantOk -> "lease"
+                 [] ~grantOk -> "authority"
                  [] ~ws[w].readOk \/ ~localOk -> "stale_premise"
                  [] OTHER -> ""
     IN
@@ -632,7 +632,7 @@ TResolve(w) ==
         premOk == (ws[w].readOk /\ (localOk \/ Broken("no_local_recheck")))
                   \/ Broken("naive_recovery")
         checksOk == grantOk /\ premOk
-        why == IF ~grantOk THEN "lease_at_recovery" ELSE "stale_premise_at_recovery"
+        why == IF ~grantOk THEN "authority_at_recovery" ELSE "stale_premise_at_recovery"
         amb == et = 3 \/ (et = 1 /\ ~checksOk /\ ~Queryable)
     IN
     /\ At(w, "resolve") /\ RowFree(w)
@@ -712,7 +712,7 @@ TRead(w) ==
           THEN Go(w, "tsend") /\ UNCHANGED <<stepRow, rowWrites, journal, tHolder>>
           ELSE /\ IF Current(w) /\ ~stepRow["effect"]
                   THEN /\ RecordEffectStep(1) /\ tHolder' = Nobody
-                       /\ journal' = Append(journal, Entry(1, "REFUSED", "lease"))
+                       /\ journal' = Append(journal, Entry(1, "REFUSED", "authority"))
                   ELSE UNCHANGED <<stepRow, rowWrites, tHolder, journal>>
                /\ Idle(w)
     /\ UNCHANGED <<now, wfVars, plainRerun, effState, boundPayload, dispEpoch, firstDispatch,
@@ -987,7 +987,7 @@ NoSendAfterCancel == ~sendBad.cancel
 LateResultPreserved == lateResults = lateAcks
 Resolutions(e) == Count(e, "COMMITTED") + Count(e, "AMBIGUOUS")
                   + Len(SelectSeq(journal, LAMBDA x : x.eff = e /\ x.kind = "REFUSED"
-                          /\ x.via \in {"lease_at_recovery", "stale_premise_at_recovery"}))
+                          /\ x.via \in {"authority_at_recovery", "stale_premise_at_recovery"}))
 ReceiptChainLinear ==
     \A e \in Effs : Count(e, "COMMITTED") <= 1 /\ Count(e, "DISPATCHED") <= Resolutions(e) + 1
 
@@ -1022,7 +1022,7 @@ Reach_RevokeOtherOpen ==
     \E g \in Grants : grantRevoked[g] /\ \E e \in Effs : GrantOf(e) # g /\ sends >= 1
                                                           /\ effState[e] = "dispatched"
 Reach_SecondEffectSent == TWO_EFFECTS /\ effSends[NEffects] >= 1
-Reach_RefusedLease == HasEntry("REFUSED", "lease") \/ HasEntry("REFUSED", "lease_at_recovery")
+Reach_RefusedAuthority == HasEntry("REFUSED", "authority") \/ HasEntry("REFUSED", "authority_at_recovery")
 Reach_RefusedStale == HasEntry("REFUSED", "stale_premise")
                       \/ HasEntry("REFUSED", "stale_premise_at_recovery")
 Reach_RefusedLocal == ~localOk /\ Reach_RefusedStale /\ PremiseNow

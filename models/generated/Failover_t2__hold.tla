@@ -17,7 +17,7 @@ Witnesses ==
     /\ WitnessNote(9, "Reach_CommitOnQuery", Reach_CommitOnQuery)
     /\ WitnessNote(10, "Reach_RecoverySendAfterJump", Reach_RecoverySendAfterJump)
     /\ WitnessNote(11, "Reach_Send", Reach_Send)
-    /\ WitnessNote(12, "Reach_RefusedLease", Reach_RefusedLease)
+    /\ WitnessNote(12, "Reach_RefusedAuthority", Reach_RefusedAuthority)
     /\ WitnessNote(13, "Reach_RevokeReturned", Reach_RevokeReturned)
     /\ WitnessNote(14, "Reach_LateResult", Reach_LateResult)
 

@@ -16,7 +16,7 @@ Witnesses ==
     /\ WitnessNote(8, "Reach_RecoverySend", Reach_RecoverySend)
     /\ WitnessNote(9, "Reach_CommitOnQuery", Reach_CommitOnQuery)
     /\ WitnessNote(10, "Reach_Send", Reach_Send)
-    /\ WitnessNote(11, "Reach_RefusedLease", Reach_RefusedLease)
+    /\ WitnessNote(11, "Reach_RefusedAuthority", Reach_RefusedAuthority)
     /\ WitnessNote(12, "Reach_RevokeReturned", Reach_RevokeReturned)
     /\ WitnessNote(13, "Reach_RefusedStale", Reach_RefusedStale)
     /\ WitnessNote(14, "Reach_RefusedCancelled", Reach_RefusedCancelled)

@@ -15,7 +15,7 @@ Witnesses ==
     /\ WitnessNote(7, "Reach_RecoverySend", Reach_RecoverySend)
     /\ WitnessNote(8, "Reach_CommitOnQuery", Reach_CommitOnQuery)
     /\ WitnessNote(9, "Reach_Send", Reach_Send)
-    /\ WitnessNote(10, "Reach_RefusedLease", Reach_RefusedLease)
+    /\ WitnessNote(10, "Reach_RefusedAuthority", Reach_RefusedAuthority)
     /\ WitnessNote(11, "Reach_RevokeReturned", Reach_RevokeReturned)
     /\ WitnessNote(12, "Reach_LateResult", Reach_LateResult)
 

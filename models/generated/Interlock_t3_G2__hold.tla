@@ -14,7 +14,7 @@ Witnesses ==
     /\ WitnessNote(6, "Reach_LateCommit", Reach_LateCommit)
     /\ WitnessNote(7, "Reach_Ambiguous", Reach_Ambiguous)
     /\ WitnessNote(8, "Reach_Send", Reach_Send)
-    /\ WitnessNote(9, "Reach_RefusedLease", Reach_RefusedLease)
+    /\ WitnessNote(9, "Reach_RefusedAuthority", Reach_RefusedAuthority)
     /\ WitnessNote(10, "Reach_RevokeReturned", Reach_RevokeReturned)
     /\ WitnessNote(11, "Reach_LateResult", Reach_LateResult)
 

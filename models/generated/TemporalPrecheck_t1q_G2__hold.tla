@@ -9,6 +9,6 @@ Witnesses ==
     /\ WitnessNote(1, "Reach_PlainRecorded", Reach_PlainRecorded)
     /\ WitnessNote(2, "Reach_Commit", Reach_Commit)
     /\ WitnessNote(3, "Reach_Send", Reach_Send)
-    /\ WitnessNote(4, "Reach_RefusedLease", Reach_RefusedLease)
+    /\ WitnessNote(4, "Reach_RefusedAuthority", Reach_RefusedAuthority)
 
 ====

@@ -8,7 +8,7 @@ WitnessNote(i, name, P) ==
 Witnesses ==
     /\ WitnessNote(1, "Reach_PlainRecorded", Reach_PlainRecorded)
     /\ WitnessNote(2, "Reach_Commit", Reach_Commit)
-    /\ WitnessNote(3, "Reach_RefusedLease", Reach_RefusedLease)
+    /\ WitnessNote(3, "Reach_RefusedAuthority", Reach_RefusedAuthority)
     /\ WitnessNote(4, "Reach_Send", Reach_Send)
 
 ====
