@@ -4,7 +4,7 @@ directory and imported under fresh names, as a worker imports them."""
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import itertools
 import sys
 from pathlib import Path
@@ -42,12 +42,13 @@ _names = itertools.count()
 def _load(tmp_path: Path, source: str):
     """The module's two workflows' definitions, imported as a worker would."""
     name = f"hash_flows_{next(_names)}"
-    (tmp_path / f"{name}.py").write_text(source)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        module = importlib.import_module(name)
-    finally:
-        sys.path.remove(str(tmp_path))
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # registered, as an import would, for inspect to find its source
+    spec.loader.exec_module(module)
     return definition(module.first), definition(module.second)
 
 
