@@ -77,14 +77,18 @@ def test_matrix_verifier_notices_one_cell_verdict(tmp_path) -> None:
     _copy(tmp_path, "matrix.json", "matrix.md")
     assert matrix.verify(tmp_path).status == vc.VERIFIED
 
+    rep = json.loads((tmp_path / "matrix.json").read_text())
+    failed = rep["totals"]["FAIL"]  # the committed run's own failures, if any
+    passing = next(i for i, c in enumerate(rep["cells"]) if c["verdict"] == "PASS")
+
     def fail(rep: dict) -> None:
-        rep["cells"][5]["verdict"] = "FAIL"
+        rep["cells"][passing]["verdict"] = "FAIL"
 
     _edit_json(tmp_path / "matrix.json", fail)
     out = matrix.verify(tmp_path)
     assert out.status == vc.DIFFERS, out.report()
     text = out.report()
-    assert "totals.PASS" in text and "totals.FAIL: 0 -> 1" in text, text
+    assert "totals.PASS" in text and f"totals.FAIL: {failed} -> {failed + 1}" in text, text
     assert "numbers differ" in out.reason, out.reason
 
 
