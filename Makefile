@@ -88,7 +88,7 @@ mutants: setup pg-start
 # runs directory and resumes: an interrupted full sweep continues where it stopped. The one
 # writer of results/runtime_prove.*: --publish (refused with any selection); the quick sweep
 # starts from an empty runs directory (--fresh). A working run (`python -m prove --scenarios
-# S10 --seeds 1`) writes into the folder `work` under .data/prove instead (scenarios/README.md).
+# S10 --seeds 1`) writes into .data/prove/scratch/ instead (scenarios/README.md).
 prove: setup pg-start
 	$(BIN)/python -m prove --publish $(if $(filter full,$(SWEEP)),--full --resume --runs-dir .data/prove/runs-full,--fresh)
 

@@ -9,7 +9,7 @@
                     [--temporal-port N] [--no-zygote]
 
 Working runs never touch the published results: without `--publish` the run files go to
-.data/prove/work/runs/ and the report to .data/prove/work/results/ (or --runs-dir,
+.data/prove/scratch/runs/ and the report to .data/prove/scratch/results/ (or --runs-dir,
 --results-dir), and the last line says where. Only `make prove` passes `--publish`, which writes
 results/runtime_prove.{md,json} and its raw data, and is refused with any selection (scenarios,
 seeds, systems, tiers, crash plans, no Stripe table, another scenario or results directory):
@@ -47,7 +47,7 @@ from prove.zygote import Zygote
 CRASH_PLANS = {"quick": "instrumented", "full": "seeded"}
 # Where a sweep writes: published (make prove) or a working run, which never touches results/.
 PUBLISHED_RUNS = runner.DATA / "runs"
-WORK = runner.DATA / "work"
+WORK = runner.DATA / "scratch"
 # Options that select part of the sweep or change how it runs: a published report has none.
 SELECTIONS = ("scenarios", "seeds", "systems", "tiers", "crash_plans", "scenario_dir",
               "results_dir")  # fmt: skip
@@ -107,10 +107,10 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--scenario-dir", default=None, help="read scenarios here (default scenarios/)")
     ap.add_argument("--runs-dir", default=None,
-                    help="write run files here (default .data/prove/work/runs; with --publish "
+                    help="write run files here (default .data/prove/scratch/runs; with --publish "
                          ".data/prove/runs)")  # fmt: skip
     ap.add_argument("--results-dir", default=None,
-                    help="write the report here (default .data/prove/work/results; only "
+                    help="write the report here (default .data/prove/scratch/results; only "
                          "--publish writes results/)")  # fmt: skip
     ap.add_argument(
         "--no-zygote",

@@ -11,7 +11,7 @@ The timeline of a scenario is played by `Run.a_<action>`, one method per row of
 prove.scenario.ACTIONS (which range-checks their arguments when the scenario loads), each
 calling the system driver (RuntimeSystem, TemporalSystem) or acting on the run. The oracle
 reads only the target's ledger and access log. One JSON file per run goes to the sweep's runs
-directory (published: .data/prove/runs/; a working run: .data/prove/work/runs/).
+directory (published: .data/prove/runs/; a working run: .data/prove/scratch/runs/).
 """
 
 from __future__ import annotations

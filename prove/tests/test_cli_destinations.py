@@ -33,7 +33,7 @@ def test_a_working_run_writes_under_data_and_only_publish_writes_results() -> No
 def test_publish_is_refused_with_any_selection(selection, capsys) -> None:
     assert cli.main(["--publish", *selection]) == 2
     err = capsys.readouterr().err
-    assert "--publish" in err and selection[0] in err and ".data/prove/work/" in err
+    assert "--publish" in err and selection[0] in err and ".data/prove/scratch/" in err
 
 
 def test_resume_and_fresh_exclude_each_other(capsys) -> None:
