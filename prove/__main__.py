@@ -106,12 +106,18 @@ def parser() -> argparse.ArgumentParser:
         "also MIX's",
     )
     ap.add_argument("--scenario-dir", default=None, help="read scenarios here (default scenarios/)")
-    ap.add_argument("--runs-dir", default=None,
-                    help="write run files here (default .data/prove/scratch/runs; with --publish "
-                         ".data/prove/runs)")  # fmt: skip
-    ap.add_argument("--results-dir", default=None,
-                    help="write the report here (default .data/prove/scratch/results; only "
-                         "--publish writes results/)")  # fmt: skip
+    ap.add_argument(
+        "--runs-dir",
+        default=None,
+        help=f"write run files here (default {_in_repo(WORK / 'runs')}; with --publish "
+        f"{_in_repo(PUBLISHED_RUNS)})",
+    )
+    ap.add_argument(
+        "--results-dir",
+        default=None,
+        help=f"write the report here (default {_in_repo(WORK / 'results')}; only --publish "
+        "writes results/)",
+    )
     ap.add_argument(
         "--no-zygote",
         action="store_true",
@@ -127,6 +133,11 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _in_repo(path: Path) -> Path:
+    """A folder of the sweep as the user sees it: relative to the repository."""
+    return path.relative_to(runner.REPO)
+
+
 def destinations(args: argparse.Namespace) -> tuple[Path, Path | None]:
     """(runs dir, report dir or None: no report) for the parsed options; ValueError says why a
     published report is refused."""
@@ -136,7 +147,7 @@ def destinations(args: argparse.Namespace) -> tuple[Path, Path | None]:
         if chosen:
             raise ValueError(f"--publish writes the published report, which is the whole sweep: "
                              f"drop {', '.join(chosen)}, or drop --publish to write under "
-                             f"{WORK.relative_to(runner.REPO)}/")  # fmt: skip
+                             f"{_in_repo(WORK)}/")  # fmt: skip
     runs = (
         Path(args.runs_dir) if args.runs_dir else PUBLISHED_RUNS if args.publish else WORK / "runs"
     )
