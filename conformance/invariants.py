@@ -519,7 +519,8 @@ def _recheck_failures(ev: Evidence, eid: str, entries: list[dict], t: float) -> 
     (_not_covered), the dispatching workflow's lease (the claims: the claim current at t and
     the lease its holder had, by the next claim's record or, for the last claim, the
     workflow row: a lapsed lease is never renewed), the target's ledger (refunds of the
-    payment by others created before t, against the premise the send was decided on)."""
+    payment by others created before t, against the premise the send was decided on; at a
+    target without lookups, the effect's own refund among them)."""
     eff = ev.effects()[eid]
     auths = _authorizations(entries, eff)
     if not auths:
@@ -538,8 +539,16 @@ def _recheck_failures(ev: Evidence, eid: str, entries: list[dict], t: float) -> 
     decided = [e.get("premises") for e in entries if e["kind"] == "DISPATCHED" and e["ts"] <= t]
     premises = decided[-1] if decided else None
     if isinstance(premises, dict) and {"payment", "refunded_by_others"} <= set(premises):
-        others = sum(r["amount"] for r in ev.need("ledger") if r["payment"] == premises["payment"]
-                     and r.get("key") != eid and r["created"] < t)  # fmt: skip
+        # A target without lookups cannot tell the effect's own refund from anyone else's, so
+        # a re-read there counts it too (as the application's premise check does).
+        own_counts = not _target_of(ev, eid)["lookup"]
+        others = sum(
+            r["amount"]
+            for r in ev.need("ledger")
+            if r["payment"] == premises["payment"]
+            and (own_counts or r.get("key") != eid)
+            and r["created"] < t
+        )
         if others != premises["refunded_by_others"]:
             out.append(f"refunded_by_others {others} at the target, decided on "
                        f"{premises['refunded_by_others']}")  # fmt: skip

@@ -261,22 +261,39 @@ def test_ambiguous_is_judged_by_the_target_and_the_grant_not_by_its_reason(conn)
     assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=TIER2)
 
 
-def test_a_lapsed_lease_and_a_changed_premise_bar_a_resend(conn) -> None:
+def _ambiguous_at_recovery(conn, premises: dict) -> None:
+    """A tier-1 effect marked AMBIGUOUS at +3 s by a recovery that found a check failing; the
+    workflow's lease runs to +9 s."""
     seed(conn)
     grant(conn)
     effect(conn, tier=1, state="ambiguous")
     claim(conn, "wf", 1, 0)
     conn.execute("update ilr.workflows set lease_expires_at = %s", (at(9),))
-    sent = dict(dispatched(), premises={"payment": "p", "refunded_by_others": 0})
+    sent = dict(dispatched(), premises=premises)
     chain(conn, "eff_1", [{"kind": "PROPOSED", "lease": "g1"}, sent,
-                          {"kind": "AMBIGUOUS", "reason": "authority at recovery, no lookup"}])  # fmt: skip
-    no_lookup = {"http://t": {"tier": 1, "lookup": False}}
-    assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=no_lookup)
+                          {"kind": "AMBIGUOUS", "reason": "a check failed at recovery"}])  # fmt: skip
+
+
+NO_LOOKUP = {"http://t": {"tier": 1, "lookup": False}}
+
+
+def test_a_lapsed_lease_bars_a_resend(conn) -> None:
+    _ambiguous_at_recovery(conn, {"payment": "p"})
+    assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=NO_LOOKUP)
     conn.execute("update ilr.workflows set lease_expires_at = %s", (at(2.5),))
-    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=no_lookup)
-    conn.execute("update ilr.workflows set lease_expires_at = %s", (at(9),))
+    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=NO_LOOKUP)
+
+
+def test_a_changed_premise_bars_a_resend_and_a_blind_target_sees_its_own_refund(conn) -> None:
+    """A target without lookups cannot tell the effect's own refund from another's: a premise
+    re-read after it landed finds refunded_by_others changed, as the application's check does."""
+    _ambiguous_at_recovery(conn, {"payment": "p", "refunded_by_others": 0})
+    landed_later = [dict(LANDED[0], created=at(3.5).timestamp())]  # after the AMBIGUOUS at +3
+    assert run(conn, "AmbiguousOnlyWhenUnknowable", ledger=landed_later, targets=NO_LOOKUP)
+    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=LANDED, targets=NO_LOOKUP)
     hand = {"key": None, "amount": 500, "payment": "p", "created": at(2).timestamp()}
-    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=[*LANDED, hand], targets=no_lookup)
+    ledger = [*landed_later, hand]
+    assert not run(conn, "AmbiguousOnlyWhenUnknowable", ledger=ledger, targets=NO_LOOKUP)
 
 
 def test_effective_tier3_comes_from_the_targets_configuration(conn) -> None:
