@@ -56,7 +56,7 @@ ASSUME /\ Tier \in {1, 2, 3}
                       "commit_without_checkpoint", "recover_before_deadline",
                       "stopwatch_after_dispatch", "late_ack_dropped", "no_local_lease_check",
                       "early_takeover", "fence_without_epoch", "unfenced_commit",
-                      "revoke_list_by_deadline", "no_local_recheck"}
+                      "revoke_list_by_deadline", "no_local_recheck", "tier_at_read"}
        /\ Events \subseteq {"revoke", "hand_refund_full", "hand_refund_partial", "cancel",
                             "prune_keys", "redecide", "local_change", "failover"}
        /\ LeaseTTL > SendTimeout
@@ -587,7 +587,9 @@ RecoverRead(w) ==
 
 (***************************************************************************)
 (* T_resolve, fenced: the effect must still be dispatched by the pair read *)
-(* in (a) and the deadline passed, else roll back and re-enter.  The grant *)
+(* in (a), the deadline passed, and the effective tier the one (a) read,   *)
+(* else roll back and re-enter: a tier-1 window that closed since (a)      *)
+(* must not be resent into (TierAtRead keeps the tier of (a)).  The grant  *)
 (* is locked FOR SHARE and re-checked with the external premises (as read  *)
 (* in (c)) and the local premise (inside this transaction): "rechecked".  *)
 (* NaiveRecovery skips all re-checks; NoLocalRecheck skips the local one   *)
@@ -638,7 +640,8 @@ TResolve(w) ==
     /\ At(w, "resolve") /\ RowFree(w)
     /\ IF ~FenceOk(w)
        THEN Idle(w) /\ UNCHANGED <<effVars, stepRow, rowWrites, leaseExp, ghost>>
-       ELSE IF effState[e] # "dispatched" \/ dispEpoch[e] # ws[w].readPair \/ ~Settled(e)
+       ELSE IF \/ effState[e] # "dispatched" \/ dispEpoch[e] # ws[w].readPair \/ ~Settled(e)
+               \/ (EffTierNow(e) # et /\ ~Broken("tier_at_read"))
        THEN Go(w, "effect") /\ UNCHANGED <<effVars, stepRow, rowWrites, leaseExp, ghost>>
        ELSE /\ leaseExp' = NewLease(w)
             /\ CASE et = 3 -> Resolved(w, "AMBIGUOUS", "tier3", "ambiguous")
@@ -1016,6 +1019,9 @@ Reach_Commit == \E e \in Effs : effState[e] = "committed"
 Reach_LateCommit == HasEntry("COMMITTED", "late-cas")
 Reach_CommitOnQuery == HasEntry("COMMITTED", "recovery-query")
 Reach_Ambiguous == \E e \in Effs : effState[e] = "ambiguous"
+(* A worker at T_resolve whose recovery read judged tier 1 while the window has closed since. *)
+Reach_TierRoseAtResolve ==
+    \E w \in Workers : At(w, "resolve") /\ ws[w].effTier = 1 /\ EffTierNow(Cur(w)) # 1
 Reach_RevokeReturned == \E g \in Grants : revokeReturned[g] # {}
 (* A revoke of one grant while the other grant's effect is open: the set leaves it out. *)
 Reach_RevokeOtherOpen ==

@@ -574,11 +574,12 @@ def _load_matrix(cat: Catalog, path: Path) -> None:
         if kind == "liveness" and not props:
             raise CatalogError(path, entry, "a liveness config needs properties")
         expect = c.get("expect") or {}
-        for k, v in expect.items():
-            if k not in cat.invariants:
-                raise CatalogError(path, entry, f"expect: unknown invariant '{k}'")
-            if v not in INV_VALUES:
-                raise CatalogError(path, entry, f"expect[{k}]: '{v}' not one of {INV_VALUES}")
+        for k, v in expect.items():  # an invariant's value, or whether a witness is reached
+            values = INV_VALUES if k in cat.invariants else WIT_VALUES
+            if k not in cat.invariants and k not in cat.witnesses:
+                raise CatalogError(path, entry, f"expect: unknown invariant or witness '{k}'")
+            if v not in values:
+                raise CatalogError(path, entry, f"expect[{k}]: '{v}' not one of {values}")
         cat.configs.append(
             Config(
                 name,

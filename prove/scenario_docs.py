@@ -36,6 +36,7 @@ KILL_POINTS: dict[str, str] = {
     "effect_after_send": "the target answered (or the send failed), before the outcome is "
     "committed",
     "effect_after_commit": "the effect's outcome is committed",
+    "resolve_before_begin": "recovery read the effect and chose its tier, before T_resolve begins",
     "resolve_after_commit": "recovery resolved an open send and committed the outcome",
     "resolve_after_send": "recovery's resend was answered, before the outcome is committed",
     "wait_after_suspend": "the workflow committed its wait (a signal or a timer) and suspended",

@@ -19,6 +19,7 @@ NEW_BROKEN = {
     "UnfencedCommit": {"AtMostOneCommit", "StepResultUnique"},
     "RevokeListByDeadline": {"RevokeLinearizable"},
     "NoLocalRecheck": {"NoSendOnStalePremise"},
+    "TierAtRead": {"Tier3NeverResends"},
 }
 
 

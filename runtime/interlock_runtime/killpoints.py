@@ -24,6 +24,7 @@ POINTS = (
     "effect_after_dispatch",
     "effect_after_send",
     "effect_after_commit",
+    "resolve_before_begin",  # recovery read and judged the effect, before T_resolve begins
     "resolve_after_commit",
     "resolve_after_send",
     "wait_after_suspend",

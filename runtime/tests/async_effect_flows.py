@@ -12,11 +12,15 @@ from world.target_client import TargetAdmin
 
 
 def refunds(case: dict, cls: type = AsyncHttpTarget):
-    """The generic HTTP target pointed at the local target's refund endpoint."""
+    """The generic HTTP target pointed at the local target's refund endpoint. Lookups at tier
+    2, and at tier 1 when the case says `queryable`; a case may set the tier-1 window
+    (`dedup_window`, `dedup_margin`), else the runtime's defaults apply."""
     lookup = case["url"] + "/refunds?payment={payment}&key={effect_id}"
+    queryable = case.get("queryable", case["tier"] == 2)
     return cls("async-refunds", case["url"] + "/refunds", case["tier"],
-               lookup=lookup if case["tier"] == 2 else None, action="refund",
+               lookup=lookup if queryable else None, action="refund",
                send_timeout=case.get("send_timeout", 2.5), settle_margin=1.0,
+               dedup_window=case.get("dedup_window"), dedup_margin=case.get("dedup_margin"),
                sender_headers=("X-ILR-Worker", "X-ILR-Epoch"))  # fmt: skip
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 
+import async_effect_flows
 import pytest
 from test_effects import start_and_approve
 
@@ -34,6 +35,84 @@ def test_tier1_past_its_dedup_window_is_looked_up_not_resent(dsn, workers, targe
         out = rt.result("wf-age", timeout=40)
     assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]
     assert out["status"] == "COMMITTED_ON_QUERY"
+
+
+# The recovery read comes just after send_timeout + settle_margin = 6 s; tier 1 holds until
+# dedup_window - dedup_margin = 8.5 s after the first dispatch (C2: 7 > 5 + 1). The stall at
+# the stop point (about 2.5 s) stays within the resend's send budget (5 s less the 1 s
+# minimum, counted from before T_resolve, B10), which would otherwise refuse the resend.
+WINDOW = {"send_timeout": 5.0, "dedup_window": 15.5, "dedup_margin": 7.0}
+TIER1_FOR = WINDOW["dedup_window"] - WINDOW["dedup_margin"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("queryable", "status"),
+    [(True, "COMMITTED_ON_QUERY"), (False, "AMBIGUOUS")],
+    ids=["lookup", "no_lookup"],
+)
+def test_a_window_that_closes_before_t_resolve_sends_it_round_again(
+    dsn, conn, workers, target_factory, mode, queryable, status
+) -> None:
+    """W1 dies after its tier-1 send landed. W2's recovery reads while the tier-1 window is
+    open and stops right before T_resolve; the window closes and the target forgets the key
+    (pruned, as the window lets it). T_resolve must judge the tier again and send recovery
+    round: a lookup finds the refund (tier 2), or with no lookup it is AMBIGUOUS (tier 3). A
+    resend under the tier read earlier would apply the refund twice (the model's TierAtRead,
+    docs/design.md#recovery). The stall must end within the resend's send budget, or the
+    stopwatch alone would refuse the resend and hide the bug."""
+    target, admin = target_factory(1)
+    wf = f"wf-window-{mode}-{queryable}"
+    with Runtime(dsn) as rt:
+        module = "flows" if mode == "sync" else "async_effect_flows"
+        dying = workers(
+            "W1", module=module, env={"ILR_KILL_AT": "effect_after_send"}, lease_ttl=1.5
+        )
+        if mode == "sync":
+            c = {
+                "id": wf,
+                "target_url": target.url,
+                "payment": PAYMENT,
+                "tier": 1,
+                "queryable": queryable,
+                **WINDOW,
+            }
+            start_and_approve(rt, wf, c)
+        else:
+            grant = rt.grant("agent", "refund", by="policy")
+            c = {
+                "url": target.url,
+                "tier": 1,
+                "payment": PAYMENT,
+                "grant": grant,
+                "amount": 2000,
+                "queryable": queryable,
+                **WINDOW,
+            }
+            rt.start(async_effect_flows.ae_refund, wf, c)
+        assert dying.proc.wait(timeout=30) == -signal.SIGKILL
+        assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]  # the send landed
+        recovering = workers(
+            "W2", module=module, env={"ILR_STOP_AT": "resolve_before_begin"}, lease_ttl=60
+        )
+        recovering.wait_stopped(timeout=30)
+        age = (
+            "select extract(epoch from now() - first_dispatched_at)::float as age"
+            " from ilr.effects where workflow_id = %s"
+        )
+        read_at = conn.execute(age, (wf,)).fetchone()["age"]
+        assert read_at < TIER1_FOR, f"the recovery read came {read_at:.1f} s after dispatch"
+        wait_for(
+            lambda: conn.execute(age, (wf,)).fetchone()["age"] > TIER1_FOR + 0.2,
+            30,
+            "the tier-1 window to close",
+        )
+        admin.prune_keys()
+        recovering.proc.send_signal(signal.SIGCONT)
+        out = rt.result(wf, timeout=40)
+    assert [r["amount"] for r in admin.ledger()["refunds"]] == [2000]  # never applied twice
+    assert len(admin.log(path="/refunds", method="POST")) == 1  # nothing was resent
+    assert out["status"] == status
 
 
 FROZEN = """

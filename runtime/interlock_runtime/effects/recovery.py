@@ -1,11 +1,13 @@
 """Recovery of an open send (docs/design.md#gated-effects recovery a-d): nothing before send_deadline +
 settle_margin; then, by effective tier, re-check the grant and the premises, query when the
 tier allows, and in T_resolve (fenced, the recovery table) resend, commit, refuse or mark
-AMBIGUOUS."""
+AMBIGUOUS. T_resolve judges the tier again: if the tier-1 window closed since the read, it
+rolls back and recovery reads again (the model's TierAtRead shows the resend it prevents)."""
 
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 from .. import db, journal, killpoints, stored
@@ -16,6 +18,17 @@ from .commit import send_and_commit
 from .postconditions import post_holds
 from .results import EffectResult
 from .send import Io, target_read
+from .spec import TargetSpec
+
+
+def effective_tier(spec: TargetSpec, now: datetime, eff: db.Row) -> int:
+    """The tier recovery may act on at database time `now`: past its window (dedup_window -
+    dedup_margin after the first dispatch) a tier-1 target may have forgotten the key, so
+    recovery treats it as tier 2 if it answers lookups, else tier 3."""
+    window_age = (now - eff["first_dispatched_at"]).total_seconds()
+    if spec.tier == 1 and window_age > spec.dedup_window - spec.dedup_margin:
+        return 2 if spec.queryable else 3
+    return spec.tier
 
 
 @effect_stage(RECOVERY, on_none="again")
@@ -31,10 +44,7 @@ def recover(call: EffectCall, eff: db.Row) -> Io[EffectResult | None]:
                                f"waits for send_deadline + settle_margin ({settle_until.isoformat()})")  # fmt: skip
         call.suspend_after_commit()
     spec = call.spec
-    tier = spec.tier
-    window_age = (now - eff["first_dispatched_at"]).total_seconds()
-    if tier == 1 and window_age > spec.dedup_window - spec.dedup_margin:
-        tier = 2 if spec.queryable else 3  # the target may have forgotten the key
+    tier = effective_tier(spec, now, eff)
     entries = journal_entries(call.conn, call.eid)
     dispatched = journal.open_dispatch(entries) or {}
     payload = eff["payload"]
@@ -52,6 +62,7 @@ def recover(call: EffectCall, eff: db.Row) -> Io[EffectResult | None]:
             found = yield from target_read(call.target.query, call.eid, payload)
     post = (yield from post_holds(call, payload)) if found else (None, "")
     t0 = time.monotonic()  # the resend's stopwatch starts before T_resolve (B10)
+    killpoints.hit("resolve_before_begin")
     return (yield from _t_resolve(call, eff, tier, violations, found, t0, post))
 
 
@@ -69,6 +80,8 @@ def _t_resolve(call: EffectCall, read: db.Row, tier: int, violations: list[str],
         if not (eff["state"] == "dispatched" and same_pair
                 and now > eff["send_deadline"] + eff["settle_margin"]):  # fmt: skip
             return None  # somebody moved first: roll back and re-enter
+        if effective_tier(call.spec, now, eff) != tier:
+            return None  # the tier-1 window closed since the read: read again at the new tier
         grant = conn.execute(db.query("lock_grant_for_share"),
                              {"grant": eff["grant_id"]}).fetchone()  # fmt: skip
         rechecked = grant_checks(grant, eff["grant_id"], call.action, eff["payload"],
