@@ -266,6 +266,7 @@ class Claimer:
         params["scan"] = params["limit"] * SCAN_FACTOR
         with conn.transaction():
             conn.execute(db.query("queue_lock"), params)
+            conn.execute(db.query("queue_running_settled"), params)
             return conn.execute(db.query("claim_limited"), params).fetchall()
 
     def next_due(self, conn: db.Conn, pairs: dict[str, Any]) -> float | None:

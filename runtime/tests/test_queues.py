@@ -370,6 +370,40 @@ def test_two_claimers_cannot_both_take_the_last_slot(dsn) -> None:
     assert len(got["first"]) == 1 and got["second"] == []
 
 
+@pytest.mark.parametrize("claimer", ["holder", "other"])
+def test_a_renewal_in_flight_is_counted_by_the_next_claim(dsn, claimer) -> None:
+    """Deterministic form of the matrix's worker_limits/clock_offset failure. W holds the one
+    slot of a queue (per worker, or in all); a heartbeat renews W's lease in a transaction
+    that is still open when the old lease runs out. Then W, or another worker, claims. The
+    claim must wait for the renewal and count the slot as held; reading the lease as it was
+    before, it would see it expired, take the second run, and leave two live leases once the
+    renewal commits."""
+    limit = {"worker_concurrency": 1} if claimer == "holder" else {"concurrency": 1}
+    with Runtime(dsn) as rt:
+        rt.register(queued_work)
+        rt.queue("one", **limit)
+        start_all(rt, Path("."), ["held", "next"], hold=0.01, queue="one")
+    params = {"names": [FLOW], "versions": ["1"], "limit": 1}
+    got: dict[str, list] = {}
+    with db.connect(dsn) as w, db.connect(dsn) as beat, db.connect(dsn) as other:
+        held = queueing.Claimer(["one"]).claim(w, {**params, "owner": "W", "ttl": 1.0})
+        assert [r["id"] for r in held] == ["held"]
+        with beat.transaction():
+            renewed = beat.execute(db.query("heartbeat"), {
+                "ids": ["held"], "epochs": [held[0]["epoch"]], "ttl": 30}).fetchall()  # fmt: skip
+            assert renewed[0]["renewed"]
+            time.sleep(1.2)  # the old lease runs out while the renewal is uncommitted
+            conn, owner = (w, "W") if claimer == "holder" else (other, "V")
+            t = threading.Thread(target=lambda: got.__setitem__(
+                "claim", queueing.Claimer(["one"]).claim(conn, {
+                    **params, "owner": owner, "ttl": 30})))  # fmt: skip
+            t.start()
+            time.sleep(0.5)
+            assert "claim" not in got, got  # waiting for the renewal to commit
+        t.join(10)
+    assert got["claim"] == []
+
+
 @pytest.mark.parametrize(("queue", "priority", "says"), [
     ("", None, "queue"), ("a\x00b", None, "queue"), (7, None, "queue"),
     (None, float("nan"), "priority"), (None, 10**12, "priority"), (None, 1.5, "priority"),

@@ -70,6 +70,18 @@ select name from ilr.queues
 -- claim that follows is a new statement, so it counts what the previous holder committed.
 select pg_advisory_xact_lock(470841875, hashtext(q)) from unnest(%(limited)s::text[]) as q;
 
+-- name: queue_running_settled
+-- The claiming transaction's second statement: lock the running rows of the limited queues
+-- FOR SHARE, in id order (the heartbeat locks its rows in id order too). A renewal in flight
+-- (a heartbeat's update not yet committed) is waited for, so the claim that follows, a new
+-- statement, counts its lease as renewed; a plain read would see the lease as it was before
+-- and might count it expired, and claim a run past a limit that the renewal then fills
+-- (docs/queues.md#the-claim). Renewals that come after wait for this transaction's commit.
+select 1 from ilr.workflows r
+ where r.queue = any(%(limited)s) and r.status = 'running'
+ order by r.id
+   for share;
+
 -- name: claim_limited
 -- The claim of a worker that serves a limited queue (docs/queues.md#the-claim). Inside the
 -- transaction that holds the queues' locks; statement_timestamp() rather than now(), which is
