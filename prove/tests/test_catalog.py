@@ -31,7 +31,7 @@ Termination EffectResolved PremiseTrueAtSend""".split()
 BROKEN = """NaiveRecovery NoFencing GrantCheckOutsideTxn CommitWithoutCheckpoint RecoverBeforeDeadline
 StopwatchAfterDispatch LateAckDropped WakeOnlyIfSleeping NoLocalLeaseCheck
 ThinDedupMargin EarlyTakeover FenceWithoutEpoch UnfencedCommit RevokeListByDeadline
-NoLocalRecheck TierAtRead SkewPastAllowance CountOutsideLock DeadlineByLocalClock FaultEndsRun NoLockNoKey
+NoLocalRecheck TierAtRead SkewPastAllowance CountOutsideLock DeadlineByLocalClock FaultEndsRun RenewalNotAwaited NoLockNoKey
 PassWithoutLock""".split()
 
 
