@@ -134,8 +134,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _in_repo(path: Path) -> Path:
-    """A folder of the sweep as the user sees it: relative to the repository."""
-    return path.relative_to(runner.REPO)
+    """A folder of the sweep as the user sees it: relative to the repository when inside it."""
+    return path.relative_to(runner.REPO) if path.is_relative_to(runner.REPO) else path
 
 
 def destinations(args: argparse.Namespace) -> tuple[Path, Path | None]:
