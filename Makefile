@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: dist setup check test lint format docs prove tlc conformance mutants matrix bench soak index refresh verify-results pg-start pg-stop pg-status clean browser console-shots
+.PHONY: dist setup check test lint format docs prove tlc tlc-inductive conformance mutants matrix bench soak index refresh verify-results pg-start pg-stop pg-status clean browser console-shots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ test: setup pg-start lint browser
 	$(BIN)/python -m pytest -m exclusive
 	$(MAKE) --no-print-directory tlc-quick TLC_JOBS=1
 	$(MAKE) --no-print-directory docs
+
+# The inductive invariant of models/RuntimeInductive.tla at the spec's base sizes (about 20
+# minutes here): results/runtime_inductive.md and .json (docs/verification.md).
+tlc-inductive: setup
+	$(BIN)/python -m models.inductive
 
 # The documentation site (docs/, mkdocs.yml) into .data/site, warnings as errors; its tests
 # first (docs/cli.md must match the CLI's parsers: `python docs/gen_cli.py` rewrites it).

@@ -102,6 +102,8 @@ class Invariant:
     predict: dict[str, Any] = field(default_factory=dict)
     broken_by: tuple[str, ...] = ()
     witnesses: tuple[str, ...] = ()
+    # covered by the inductive argument of models/RuntimeInductive.tla (its Safety)
+    inductive: bool = False
 
 
 @dataclass(frozen=True)
@@ -425,7 +427,7 @@ def load(catalog: Path | str | None = None, matrix: Path | str | None = None,
 
     invariants: dict[str, Invariant] = {}
     allowed = ("name", "meaning", "layers", "kind", "spec", "operator", "check", "predict",
-               "broken_by", "witnesses")  # fmt: skip
+               "broken_by", "witnesses", "inductive")  # fmt: skip
     for i in data["invariants"]:
         entry = f"invariant '{i.get('name') if isinstance(i, dict) else i}'"
         _keys(cpath, entry, i, ("name", "meaning", "layers"), allowed)
@@ -482,8 +484,15 @@ def load(catalog: Path | str | None = None, matrix: Path | str | None = None,
             lacks(entry, "witness: a model-checked invariant needs a Reach_* witness, a state "
                          "that shows its runs are not vacuous (list it in `witnesses:`, give it "
                          f"a row under `witnesses:` and its operator in {spec_tla})")  # fmt: skip
+        inductive = i.get("inductive", False)
+        if inductive not in (True, False):
+            raise CatalogError(cpath, entry, "inductive must be true or false")
+        if inductive and (i.get("spec") != "Runtime" or kind != "safety"):
+            raise CatalogError(cpath, entry, "inductive: only a safety invariant of Runtime.tla "
+                                             "(models/RuntimeInductive.tla covers that spec)")  # fmt: skip
         invariants[name] = Invariant(name, i["meaning"], layers, kind, i.get("spec"),
-                                     i.get("operator"), i.get("check"), pred, bb, ws)  # fmt: skip
+                                     i.get("operator"), i.get("check"), pred, bb, ws,
+                                     inductive)  # fmt: skip
 
     if missing:
         raise MissingPieces(cpath, missing)
