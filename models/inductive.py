@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import os
 import re
 import subprocess
 import sys
@@ -120,8 +121,13 @@ def run_job(job: Job, seed: int, heap: str) -> dict:
     cfg = write_job(job)
     cmd = [str(tlc_mod.RUN_TLC), "-workers", "1", "-heap", heap, str(cfg.with_suffix(".tla")),
            str(cfg), "-seed", str(seed)]  # fmt: skip
+    # TLC unpacks its standard modules into java.io.tmpdir; two runs sharing /tmp can read
+    # each other's half-written copy (a spurious "Parsing or semantic analysis failed")
+    tmp = WORK / "tmp" / job.name
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={tmp}"}
     t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     text = p.stdout + "\n" + p.stderr
     res = tlc_mod.parse_output(text, p.returncode)
     m = re.search(r"Finished computing initial states: ([\d,]+) (?:distinct )?states? generated"
