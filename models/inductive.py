@@ -67,7 +67,12 @@ def covered() -> list[str]:
 
 
 def aux_names() -> list[str]:
-    return re.findall(r'"(\w+)"', _definition(SPEC_FILE.read_text(), "AuxNames"))
+    """The auxiliary conjuncts, in order: the tuple AuxNames (Aux, which follows it, names each
+    again, so only the tuple is read)."""
+    m = re.search(r"^AuxNames ==\s*<<(.*?)>>", SPEC_FILE.read_text(), re.S | re.M)
+    if not m:
+        raise SystemExit(f"{SPEC_FILE.name}: no AuxNames tuple")
+    return re.findall(r'"(\w+)"', m.group(1))
 
 
 # ---------------------------------------------------------------------- one TLC run
